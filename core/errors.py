@@ -1,0 +1,98 @@
+"""The dynashape exception hierarchy.
+
+Every error raised by dynashape derives from :class:`DynashapeError` and also from the
+builtin exception a caller would naturally catch (``ValueError``, ``TypeError``,
+``NotImplementedError``, ``KeyError``), so ``except ValueError`` keeps working.
+"""
+from __future__ import annotations
+
+__all__ = [
+    "DynashapeError",
+    "ModelLoadError",
+    "InvalidFeedError",
+    "InputNameError",
+    "InputRankMismatch",
+    "InputFixedDimMismatch",
+    "InputDtypeMismatch",
+    "DimParamMismatch",
+    "NonIntegerDimError",
+    "ShapeInferenceError",
+    "UnsupportedOperatorError",
+    "PluginError",
+    "KernelConflictError",
+    "ExecutionError",
+    "MemoryPlanError",
+]
+
+
+class DynashapeError(Exception):
+    """Base class of every error dynashape raises."""
+
+
+class ModelLoadError(DynashapeError, ValueError):
+    """The model could not be read or is not a valid ONNX graph."""
+
+
+class InvalidFeedError(DynashapeError, ValueError):
+    """A feed given to ``run`` (or ``set_input``) does not fit the model's inputs."""
+
+
+class InputNameError(InvalidFeedError, KeyError):
+    """A required input is missing or an unknown input name was given."""
+
+    def __str__(self) -> str:  # KeyError would otherwise quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class InputRankMismatch(InvalidFeedError):
+    """A feed has a different rank than the model declares."""
+
+
+class InputFixedDimMismatch(InvalidFeedError):
+    """A feed's dim differs from a fixed ``dim_value`` the model declares."""
+
+
+class InputDtypeMismatch(InvalidFeedError, TypeError):
+    """A feed has a different element type than the model declares."""
+
+
+class DimParamMismatch(InvalidFeedError):
+    """One ``dim_param`` symbol is bound to two different values in one run."""
+
+
+class NonIntegerDimError(InvalidFeedError, TypeError):
+    """A dimension given for an input is not an integer (floats, strings, None)."""
+
+
+class ShapeInferenceError(DynashapeError, ValueError):
+    """An operator's shape rule is broken by its inputs (raised by an op's infer_shape).
+
+    ``kind`` is a short CamelCase tag of the rule (``ReshapeElementCountMismatch``),
+    ``node`` the node name and ``op_type`` the operator.
+    """
+
+    def __init__(self, message: str, *, node: str = "", op_type: str = "", kind: str = ""):
+        super().__init__(message)
+        self.node = node
+        self.op_type = op_type
+        self.kind = kind
+
+
+class UnsupportedOperatorError(DynashapeError, NotImplementedError):
+    """No registered definition or kernel fits an operator of the model."""
+
+
+class PluginError(DynashapeError, RuntimeError):
+    """A plugin registered invalid records or failed while being loaded."""
+
+
+class KernelConflictError(PluginError):
+    """Two kernels of equal priority overlap in version range, device and dtypes."""
+
+
+class ExecutionError(DynashapeError, RuntimeError):
+    """A kernel failed while running a node."""
+
+
+class MemoryPlanError(DynashapeError, RuntimeError):
+    """A memory plan violates its invariants (found by validation mode)."""

@@ -1,0 +1,61 @@
+"""The plugin author's manual: every hook dynashape calls.
+
+A plugin is a module (or object) with functions decorated by :data:`hookimpl`::
+
+    from dynashape import hookimpl, OpLibrary
+    lib = OpLibrary()
+    ...  # @lib.op / @lib.kernel decorated functions
+
+    @hookimpl
+    def dynashape_register_ops():
+        return lib.ops
+
+    @hookimpl
+    def dynashape_register_kernels():
+        return lib.kernels
+
+and is made known either through the entry-point group ``dynashape`` in its package
+metadata (``[project.entry-points.dynashape] myplugin = "mypkg.plugin"``) or at run time
+with :func:`dynashape.register_plugin`. The builtin operators
+(:mod:`dynashape.ops_builtin`) are registered through these same hooks.
+
+All hooks are collected from every plugin (none is ``firstresult``); the order in which
+plugins are registered never decides anything.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+import pluggy
+
+from .records import KernelDef, OpDef
+
+PROJECT = "dynashape"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+__all__ = ["hookspec", "hookimpl", "PROJECT"]
+
+
+@hookspec
+def dynashape_register_ops() -> Iterable[OpDef]:
+    """Return the operator schemas this plugin defines.
+
+    Called once when the registry is built (the first session, or after a plugin was
+    registered or unregistered). Each :class:`~dynashape.records.OpDef` is one
+    ``(domain, op_type, since_version)``; two plugins defining the same triple is an
+    error naming both. A plugin may define ops that only other plugins implement.
+    """
+
+
+@hookspec
+def dynashape_register_kernels() -> Iterable[KernelDef]:
+    """Return the kernels this plugin provides.
+
+    Called once when the registry is built. For a node, the kernel is chosen among
+    those with the node's ``(domain, op_type)``, whose opset range contains the model's
+    opset for that domain and whose ``dtypes`` accept the node's input dtype: the
+    highest ``priority`` wins. Two kernels of equal priority that overlap in opset range
+    and dtypes are an error at build time naming both plugins, so a plugin that wants to
+    replace a builtin kernel declares a higher priority.
+    """

@@ -1,0 +1,243 @@
+"""Import: an ONNX model (path, bytes or ModelProto) as a :class:`Graph` of plain objects.
+
+Each input dim keeps its kind (ONNX IR.md "Tensor shapes"): fixed (``dim_value``),
+symbolic (``dim_param``) or unknown (neither). Graph inputs that are also initializers
+are not model inputs (IR.md: they are defaults that may be overridden; we treat them as
+constants, as ONNX Runtime does for models with ``ir_version >= 4``).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Optional, Union
+
+import numpy as np
+import onnx
+from onnx import AttributeProto, numpy_helper
+
+from .dtypes import np_dtype, type_string
+from .errors import ModelLoadError
+from .symbolic import Dim, sym
+
+__all__ = ["DimSpec", "ValueInfo", "Node", "Graph", "Model", "load_model", "FIXED", "SYMBOLIC", "UNKNOWN"]
+
+FIXED, SYMBOLIC, UNKNOWN = "fixed", "symbolic", "unknown"
+
+
+@dataclass(frozen=True)
+class DimSpec:
+    """One declared dim: ``kind`` is "fixed" (``value`` int), "symbolic" (``value`` the
+    dim_param name) or "unknown" (``value`` None)."""
+
+    kind: str
+    value: Union[int, str, None]
+
+    @property
+    def display(self) -> Union[int, str, None]:
+        return self.value
+
+
+@dataclass
+class ValueInfo:
+    """A named tensor's declared type: ONNX elem type, numpy dtype and dims (None: no shape)."""
+
+    name: str
+    elem_type: int
+    dims: Optional[tuple[DimSpec, ...]]
+
+    @property
+    def dtype(self) -> Optional[np.dtype]:
+        return np_dtype(self.elem_type) if self.elem_type else None
+
+    @property
+    def type(self) -> str:
+        return type_string(self.elem_type)
+
+    @property
+    def rank(self) -> Optional[int]:
+        return None if self.dims is None else len(self.dims)
+
+
+@dataclass
+class Node:
+    """One node: ``inputs`` may hold "" for an absent optional input."""
+
+    name: str
+    op_type: str
+    domain: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        return f"Node({self.op_type} '{self.name}': {list(self.inputs)} -> {list(self.outputs)})"
+
+
+@dataclass
+class Graph:
+    """A (sub)graph. ``inputs`` are the real inputs (initializers excluded)."""
+
+    name: str
+    nodes: list[Node]
+    inputs: list[ValueInfo]
+    outputs: list[ValueInfo]
+    initializers: dict[str, np.ndarray]
+    value_info: dict[str, ValueInfo]
+
+    def outer_names(self) -> set[str]:
+        """Names this graph reads but does not define (outer-scope values of a subgraph)."""
+        defined = {v.name for v in self.inputs} | set(self.initializers)
+        used: set[str] = set()
+        for n in self.nodes:
+            used.update(i for i in n.inputs if i and i not in defined)
+            for a in n.attrs.values():
+                if isinstance(a, Graph):
+                    used |= a.outer_names() - defined
+            defined.update(n.outputs)
+        used.update(o.name for o in self.outputs if o.name not in defined)
+        return used
+
+
+@dataclass
+class Model:
+    graph: Graph
+    opsets: dict[str, int]
+    ir_version: int
+    proto: onnx.ModelProto
+
+
+def _dims(tt) -> Optional[tuple[DimSpec, ...]]:
+    if not tt.HasField("shape"):
+        return None
+    out = []
+    for d in tt.shape.dim:
+        if d.HasField("dim_value"):
+            out.append(DimSpec(FIXED, int(d.dim_value)))
+        elif d.dim_param:
+            out.append(DimSpec(SYMBOLIC, d.dim_param))
+        else:
+            out.append(DimSpec(UNKNOWN, None))
+    return tuple(out)
+
+
+def _value_info(vi: onnx.ValueInfoProto) -> ValueInfo:
+    t = vi.type
+    if t.HasField("tensor_type"):
+        return ValueInfo(vi.name, t.tensor_type.elem_type, _dims(t.tensor_type))
+    if t.HasField("sparse_tensor_type"):
+        return ValueInfo(vi.name, t.sparse_tensor_type.elem_type, _dims(t.sparse_tensor_type))
+    return ValueInfo(vi.name, 0, None)
+
+
+def _attr_value(a: onnx.AttributeProto) -> Any:
+    t = a.type
+    if t == AttributeProto.FLOAT:
+        return float(a.f)
+    if t == AttributeProto.INT:
+        return int(a.i)
+    if t == AttributeProto.STRING:
+        return a.s.decode("utf-8", errors="replace")
+    if t == AttributeProto.TENSOR:
+        return numpy_helper.to_array(a.t)
+    if t == AttributeProto.SPARSE_TENSOR:
+        return _sparse_to_dense(a.sparse_tensor)
+    if t == AttributeProto.GRAPH:
+        return _graph(a.g)
+    if t == AttributeProto.FLOATS:
+        return [float(x) for x in a.floats]
+    if t == AttributeProto.INTS:
+        return [int(x) for x in a.ints]
+    if t == AttributeProto.STRINGS:
+        return [s.decode("utf-8", errors="replace") for s in a.strings]
+    if t == AttributeProto.TENSORS:
+        return [numpy_helper.to_array(x) for x in a.tensors]
+    if t == AttributeProto.GRAPHS:
+        return [_graph(g) for g in a.graphs]
+    raise ModelLoadError(f"attribute '{a.name}' has unsupported type {t}")
+
+
+def _sparse_to_dense(sp: onnx.SparseTensorProto) -> np.ndarray:
+    values = numpy_helper.to_array(sp.values)
+    idx = numpy_helper.to_array(sp.indices).astype(np.int64)
+    dims = tuple(sp.dims)
+    dense = np.zeros(dims, dtype=values.dtype)
+    if idx.ndim == 1:
+        dense.reshape(-1)[idx] = values
+    else:
+        dense[tuple(idx.T)] = values
+    return dense
+
+
+def _graph(g: onnx.GraphProto) -> Graph:
+    inits = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    for sp in g.sparse_initializer:
+        inits[sp.values.name] = _sparse_to_dense(sp)
+    nodes = []
+    for i, n in enumerate(g.node):
+        attrs = {a.name: _attr_value(a) for a in n.attribute}
+        nodes.append(Node(n.name or f"{n.op_type}_{i}", n.op_type, n.domain if n.domain != "ai.onnx" else "",
+                          tuple(n.input), tuple(n.output), attrs))
+    return Graph(
+        name=g.name,
+        nodes=nodes,
+        inputs=[_value_info(v) for v in g.input if v.name not in inits],
+        outputs=[_value_info(v) for v in g.output],
+        initializers=inits,
+        value_info={v.name: _value_info(v) for v in g.value_info},
+    )
+
+
+def load_model(model: Union[str, os.PathLike, bytes, onnx.ModelProto]) -> Model:
+    """Read a model from a path, serialized bytes or a ``ModelProto``.
+
+    Raises:
+        ModelLoadError: the file is missing or not a valid ONNX model.
+    """
+    try:
+        if isinstance(model, onnx.ModelProto):
+            proto = model
+        elif isinstance(model, (bytes, bytearray, memoryview)):
+            proto = onnx.load_from_string(bytes(model))
+        elif isinstance(model, (str, os.PathLike)):
+            if not os.path.exists(model):
+                raise ModelLoadError(f"model file '{model}' does not exist")
+            proto = onnx.load(os.fspath(model))
+        else:
+            raise ModelLoadError(f"cannot load a model from {type(model).__name__}; "
+                                 "expected a path, bytes or onnx.ModelProto")
+    except ModelLoadError:
+        raise
+    except Exception as exc:
+        raise ModelLoadError(f"could not parse the ONNX model: {exc}") from exc
+    opsets = {}
+    for o in proto.opset_import:
+        opsets["" if o.domain == "ai.onnx" else o.domain] = int(o.version)
+    if "" not in opsets and proto.ir_version < 3:
+        opsets[""] = 1
+    try:
+        graph = _graph(proto.graph)
+    except ModelLoadError:
+        raise
+    except Exception as exc:
+        raise ModelLoadError(f"could not import graph '{proto.graph.name}': {exc}") from exc
+    return Model(graph=graph, opsets=opsets, ir_version=int(proto.ir_version), proto=proto)
+
+
+def input_dim_exprs(vi: ValueInfo, taken: set[str]) -> Optional[tuple[Dim, ...]]:
+    """Symbolic shape of a graph input: ints, its dim_param symbols, and a fresh
+    ``unk__<input>_<axis>`` symbol for each unknown dim (never colliding with ``taken``)."""
+    if vi.dims is None:
+        return None
+    out: list[Dim] = []
+    for axis, d in enumerate(vi.dims):
+        if d.kind == FIXED:
+            out.append(int(d.value))  # type: ignore[arg-type]
+        elif d.kind == SYMBOLIC:
+            out.append(sym(str(d.value)))
+        else:
+            name = f"unk__{vi.name}_{axis}"
+            while name in taken:
+                name += "_"
+            taken.add(name)
+            out.append(sym(name))
+    return tuple(out)

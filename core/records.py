@@ -1,0 +1,271 @@
+"""The records a plugin registers, and the context its functions receive.
+
+An :class:`OpDef` is the schema level (shape and dtype inference, ONNX's partial data
+propagation); a :class:`KernelDef` is the execution level (a CPU kernel for a range of
+opsets). Both are frozen, so a plugin is plain data that can be tested without a host.
+:class:`OpLibrary` builds them with decorators, one family module at a time::
+
+    lib = OpLibrary()
+
+    @lib.op("Relu", since_version=(6, 13, 14), infer_dtype=same_dtype(0))
+    def _relu_shape(ctx):
+        return [ctx.shape(0)]
+
+    @lib.kernel("Relu")
+    def _relu(inputs, outputs, ctx):
+        np.maximum(inputs[0], 0, out=outputs[0])
+
+Shapes seen by ``infer_shape`` are tuples whose dims are ``int`` or
+:class:`dynashape.symbolic.Expr` (at import, shapes are symbolic; at run time, ints),
+so write them with ``+ - * //`` and the helpers of :mod:`dynashape.shapes`, never
+``int(dim)``.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, NoReturn, Optional, Sequence, Union
+
+import numpy as np
+
+from .errors import ShapeInferenceError
+from .symbolic import Dim, Expr, sym
+
+__all__ = [
+    "Shape",
+    "OpDef",
+    "KernelDef",
+    "InferContext",
+    "OpLibrary",
+    "same_dtype",
+    "fixed_dtype",
+    "dtype_from_attr",
+]
+
+Shape = tuple  # tuple[Dim, ...]
+InferShapeFn = Callable[["InferContext"], Sequence[Optional[Shape]]]
+InferDtypeFn = Callable[["InferContext"], Sequence[np.dtype]]
+PropagateFn = Callable[["InferContext"], Sequence[Optional[np.ndarray]]]
+ComputeFn = Callable[[list, list, Any], Optional[Sequence[np.ndarray]]]
+PrepareFn = Callable[["InferContext"], Any]
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """Schema of one operator version: how its outputs' shapes and dtypes follow from its inputs.
+
+    Attributes:
+        op_type: ONNX operator name as the spec spells it (``"Reshape"``).
+        since_version: the opset version this definition starts at; the registry picks the
+            largest ``since_version`` <= the model's opset for ``domain``.
+        infer_shape: ``ctx -> [shape or None per output]``; raise through ``ctx.fail`` when
+            the inputs break the op's rule. ``None`` means "unknown rank" (data-dependent).
+        infer_dtype: ``ctx -> [numpy dtype per output]``.
+        domain: operator domain, ``""`` for the default ONNX domain.
+        value_inputs: indices of inputs whose *values* ``infer_shape`` reads (Reshape's
+            ``shape``); they are computed on the host before the node is planned.
+        shape_only_inputs: indices of inputs of which only the shape is read, even for the
+            output value (``Shape``, ``Size``): they end value dependencies.
+        propagate_value: optional ``ctx -> [value or None per output]``; ONNX's partial data
+            propagation. Given known input values (possibly symbolic object arrays) it
+            returns output values. Without it, outputs are known only when every input is
+            known and the op is ``deterministic`` (then the kernel folds them).
+        aliases: ``(output, input)`` pairs where the output may be a view of the input.
+        data_dependent: output shapes depend on input data (NonZero, TopK with runtime k).
+        deterministic: False for random ops: never constant-folded.
+        plugin: set by the registry to the name of the plugin that registered the record.
+    """
+
+    op_type: str
+    since_version: int
+    infer_shape: InferShapeFn
+    infer_dtype: InferDtypeFn
+    domain: str = ""
+    value_inputs: tuple = ()
+    shape_only_inputs: tuple = ()
+    propagate_value: Optional[PropagateFn] = None
+    aliases: tuple = ()
+    data_dependent: bool = False
+    deterministic: bool = True
+    plugin: str = ""
+
+
+@dataclass(frozen=True)
+class KernelDef:
+    """One CPU implementation of an operator for a range of opsets.
+
+    ``compute(inputs, outputs, prepared)`` receives the input arrays (``None`` for an
+    absent optional input), the planned output buffers (arrays of the output's shape and
+    dtype to write into; ``None`` where a shape is only known after the kernel ran), and
+    whatever ``prepare(ctx)`` returned for this node and these shapes (the
+    :class:`InferContext` itself when ``prepare`` is None). It either fills ``outputs``
+    and returns ``None``, or returns one array per output (a view of an input for ops
+    whose OpDef declares ``aliases``, or freshly made arrays).
+
+    Attributes:
+        since_version / end_version: opset range (inclusive; ``end_version=None`` is open).
+        dtypes: numpy dtype names of input ``dtype_input`` this kernel accepts (None: any).
+        priority: the highest priority among matching kernels wins; equal priority and
+            overlapping ranges and dtypes is an error at registry build time.
+        may_inplace: ``(output, input)`` pairs the kernel can compute in place.
+    """
+
+    op_type: str
+    compute: ComputeFn
+    domain: str = ""
+    since_version: int = 1
+    end_version: Optional[int] = None
+    device: str = "cpu"
+    dtypes: Optional[frozenset] = None
+    dtype_input: int = 0
+    prepare: Optional[PrepareFn] = None
+    may_inplace: tuple = ()
+    priority: int = 0
+    plugin: str = ""
+
+    def covers(self, opset: int) -> bool:
+        return self.since_version <= opset and (self.end_version is None or opset <= self.end_version)
+
+
+_fresh_counter = itertools.count()
+
+
+class InferContext:
+    """What an op's inference, propagation and kernel preparation see of one node.
+
+    ``input_shapes[i]`` / ``input_dtypes[i]`` / ``input_values[i]`` are ``None`` for an
+    absent optional input (and values for inputs not known on the host). After
+    inference, ``output_shapes`` and ``output_dtypes`` are filled in.
+    """
+
+    __slots__ = ("node", "opset", "input_shapes", "input_dtypes", "input_values",
+                 "output_shapes", "output_dtypes", "symbolic", "fresh", "runtime")
+
+    def __init__(self, node, opset: int, input_shapes, input_dtypes, input_values,
+                 symbolic: bool = False, fresh: Optional[Callable[[], Expr]] = None, runtime=None):
+        self.node = node
+        self.opset = opset
+        self.input_shapes = input_shapes
+        self.input_dtypes = input_dtypes
+        self.input_values = input_values
+        self.output_shapes: list = []
+        self.output_dtypes: list = []
+        self.symbolic = symbolic
+        self.fresh = fresh
+        self.runtime = runtime
+
+    # node ---------------------------------------------------------------
+    @property
+    def attrs(self) -> dict:
+        return self.node.attrs
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        """The attribute ``name`` (ints, floats, strings, lists, arrays, subgraphs) or default."""
+        return self.node.attrs.get(name, default)
+
+    @property
+    def num_inputs(self) -> int:
+        return len(self.input_shapes)
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self.node.outputs)
+
+    def has_input(self, i: int) -> bool:
+        """True when optional input ``i`` is given (present and not the empty name)."""
+        return i < len(self.node.inputs) and bool(self.node.inputs[i])
+
+    def shape(self, i: int) -> Optional[Shape]:
+        return self.input_shapes[i] if i < len(self.input_shapes) else None
+
+    def dtype(self, i: int) -> Optional[np.dtype]:
+        return self.input_dtypes[i] if i < len(self.input_dtypes) else None
+
+    def value(self, i: int) -> Optional[np.ndarray]:
+        """The host-known value of input ``i`` or None. At import it may be an object array
+        of symbolic dims (partial data propagation)."""
+        return self.input_values[i] if i < len(self.input_values) else None
+
+    # errors and fresh symbols --------------------------------------------
+    def fail(self, message: str, kind: str = "") -> NoReturn:
+        """Raise :class:`ShapeInferenceError` naming this node, its op and input shapes."""
+        shapes = ", ".join("absent" if s is None else "(" + ", ".join(map(str, s)) + ")"
+                           for s in self.input_shapes)
+        name = self.node.name or "<unnamed>"
+        raise ShapeInferenceError(
+            f"{self.node.op_type} node '{name}': {message} (input shapes: {shapes})",
+            node=self.node.name, op_type=self.node.op_type, kind=kind)
+
+    def new_dim(self) -> Expr:
+        """A fresh symbol (``unk__N``) for a dim that depends on data."""
+        if self.fresh is not None:
+            return self.fresh()
+        return sym(f"unk__{next(_fresh_counter)}")
+
+
+# dtype inference helpers ------------------------------------------------------
+
+def same_dtype(i: int = 0, n_outputs: int = 1) -> InferDtypeFn:
+    """infer_dtype: every output has input ``i``'s dtype."""
+    def infer(ctx: InferContext):
+        return [ctx.dtype(i)] * max(n_outputs, ctx.num_outputs)
+    return infer
+
+
+def fixed_dtype(dtype, n_outputs: int = 1) -> InferDtypeFn:
+    """infer_dtype: every output has the given dtype (``np.int64``, ``np.bool_``)."""
+    dt = np.dtype(dtype)
+
+    def infer(ctx: InferContext):
+        return [dt] * max(n_outputs, ctx.num_outputs)
+    return infer
+
+
+def dtype_from_attr(name: str = "to") -> InferDtypeFn:
+    """infer_dtype: the output dtype is the ONNX elem type in attribute ``name``."""
+    from .dtypes import np_dtype
+
+    def infer(ctx: InferContext):
+        return [np_dtype(ctx.attr(name))]
+    return infer
+
+
+# the decorator library ----------------------------------------------------------
+
+VersionSpec = Union[int, Iterable[int]]
+
+
+@dataclass
+class OpLibrary:
+    """Collects OpDef and KernelDef records of one op family through decorators."""
+
+    ops: list = field(default_factory=list)
+    kernels: list = field(default_factory=list)
+
+    def op(self, op_type: str, since_version: VersionSpec, *, infer_dtype: InferDtypeFn,
+           domain: str = "", **fields: Any) -> Callable[[InferShapeFn], InferShapeFn]:
+        """Decorate an ``infer_shape`` function; registers one OpDef per version given."""
+        versions = (since_version,) if isinstance(since_version, int) else tuple(since_version)
+
+        def deco(fn: InferShapeFn) -> InferShapeFn:
+            for v in versions:
+                self.ops.append(OpDef(op_type=op_type, since_version=v, infer_shape=fn,
+                                      infer_dtype=infer_dtype, domain=domain, **fields))
+            return fn
+        return deco
+
+    def kernel(self, op_type: str, *, since_version: int = 1, end_version: Optional[int] = None,
+               domain: str = "", dtypes: Optional[Iterable[Any]] = None, **fields: Any
+               ) -> Callable[[ComputeFn], ComputeFn]:
+        """Decorate a ``compute`` function; registers one KernelDef."""
+        dts = None if dtypes is None else frozenset(np.dtype(d).name for d in dtypes)
+
+        def deco(fn: ComputeFn) -> ComputeFn:
+            self.kernels.append(KernelDef(op_type=op_type, compute=fn, domain=domain,
+                                          since_version=since_version, end_version=end_version,
+                                          dtypes=dts, **fields))
+            return fn
+        return deco
+
+
+Dim = Dim

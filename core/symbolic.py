@@ -1,0 +1,351 @@
+"""Symbolic dimensions: integer polynomials over named symbols, plus floor division,
+modulo, max and min.
+
+A dimension is either a plain ``int`` or an :class:`Expr`; an ``Expr`` whose value is
+a known constant is always returned as an ``int``, so ``isinstance(d, int)`` tells
+"known". Expressions are kept in a canonical form (a sum of monomials with integer
+coefficients), so equal expressions compare and hash equal: ``batch*6 // 6 == batch``.
+
+This goes beyond the ONNX symbolic shape inference proposal (onnx/docs/proposals/
+SymbolicShapeInfProposal.md), which gives up with a fresh symbol on any arithmetic.
+"""
+from __future__ import annotations
+
+import math
+from typing import Iterable, Mapping, Union
+
+__all__ = ["Expr", "Dim", "sym", "is_known", "evaluate", "dim_max", "dim_min", "dim_str", "free_symbols"]
+
+Dim = Union[int, "Expr"]
+
+# An atom is ("s", name) for a symbol or (op, args) for an opaque function of expressions.
+# A monomial is a sorted tuple of (atom, power); the constant monomial is ().
+
+
+def _atom_key(atom):
+    return (0, atom[1]) if atom[0] == "s" else (1, atom[0], tuple(map(_sort_key, atom[1])))
+
+
+def _sort_key(x):
+    return (0, x, ()) if isinstance(x, int) else (1, 0, x._key)
+
+
+class Expr:
+    """An integer-valued symbolic expression in canonical polynomial form."""
+
+    __slots__ = ("_terms", "_key", "_hash")
+
+    def __init__(self, terms: Mapping[tuple, int]):
+        self._terms = {m: c for m, c in terms.items() if c != 0}
+        self._key = tuple(sorted(((tuple(_atom_key(a) + (p,) for a, p in m), c)
+                                  for m, c in self._terms.items())))
+        self._hash = hash(self._key)
+
+    # construction ------------------------------------------------------
+    @staticmethod
+    def _wrap(terms: Mapping[tuple, int]) -> Dim:
+        terms = {m: c for m, c in terms.items() if c != 0}
+        if not terms:
+            return 0
+        if len(terms) == 1 and () in terms:
+            return terms[()]
+        return Expr(terms)
+
+    @staticmethod
+    def _terms_of(x: Dim) -> dict:
+        if isinstance(x, Expr):
+            return x._terms
+        return {(): int(x)} if x else {}
+
+    @staticmethod
+    def atom(atom) -> "Expr":
+        return Expr({((atom, 1),): 1})
+
+    # arithmetic ---------------------------------------------------------
+    def __add__(self, other):
+        if not isinstance(other, (int, Expr)):
+            return NotImplemented
+        out = dict(self._terms)
+        for m, c in Expr._terms_of(other).items():
+            out[m] = out.get(m, 0) + c
+        return Expr._wrap(out)
+
+    __radd__ = __add__
+
+    def __neg__(self):
+        return Expr._wrap({m: -c for m, c in self._terms.items()})
+
+    def __sub__(self, other):
+        if not isinstance(other, (int, Expr)):
+            return NotImplemented
+        return self + (-other)
+
+    def __rsub__(self, other):
+        return (-self) + other
+
+    def __mul__(self, other):
+        if not isinstance(other, (int, Expr)):
+            return NotImplemented
+        out: dict = {}
+        for m1, c1 in self._terms.items():
+            for m2, c2 in Expr._terms_of(other).items():
+                m = _mono_mul(m1, m2)
+                out[m] = out.get(m, 0) + c1 * c2
+        return Expr._wrap(out)
+
+    __rmul__ = __mul__
+
+    def __floordiv__(self, other):
+        return floordiv(self, other)
+
+    def __rfloordiv__(self, other):
+        return floordiv(other, self)
+
+    def __mod__(self, other):
+        return mod(self, other)
+
+    def __rmod__(self, other):
+        return mod(other, self)
+
+    # comparison: structural (provable) equality only ---------------------
+    def __eq__(self, other):
+        if isinstance(other, Expr):
+            return self._key == other._key
+        return False
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    def __hash__(self):
+        return self._hash
+
+    def __bool__(self):
+        raise TypeError(f"the truth value of symbolic dim {self} is unknown")
+
+    def __int__(self):
+        raise TypeError(f"symbolic dim {self} has no integer value until its symbols are bound")
+
+    __index__ = __int__
+
+    def __repr__(self):
+        return f"Expr({self})"
+
+    def __str__(self):
+        return _format(self)
+
+    # evaluation -----------------------------------------------------------
+    def evaluate(self, env: Mapping[str, int]) -> int:
+        """The value for the given symbol bindings. Raises KeyError for an unbound symbol."""
+        total = 0
+        for m, c in self._terms.items():
+            v = c
+            for a, p in m:
+                v *= _eval_atom(a, env) ** p
+            total += v
+        return total
+
+    def symbols(self) -> set[str]:
+        out: set[str] = set()
+        for m in self._terms:
+            for a, _ in m:
+                if a[0] == "s":
+                    out.add(a[1])
+                else:
+                    for arg in a[1]:
+                        out |= free_symbols(arg)
+        return out
+
+    def const_term(self) -> int:
+        return self._terms.get((), 0)
+
+    def as_monomial(self):
+        """(coefficient, monomial) if the expression is a single term, else None."""
+        if len(self._terms) == 1:
+            (m, c), = self._terms.items()
+            return c, m
+        return None
+
+
+def _mono_mul(m1: tuple, m2: tuple) -> tuple:
+    if not m1:
+        return m2
+    if not m2:
+        return m1
+    powers: dict = {}
+    for a, p in m1 + m2:
+        powers[a] = powers.get(a, 0) + p
+    return tuple(sorted(powers.items(), key=lambda ap: _atom_key(ap[0])))
+
+
+def _mono_div(m: tuple, d: tuple):
+    """m / d if d divides m (as monomials), else None."""
+    powers = dict(m)
+    for a, p in d:
+        if powers.get(a, 0) < p:
+            return None
+        powers[a] -= p
+    return tuple(sorted(((a, p) for a, p in powers.items() if p), key=lambda ap: _atom_key(ap[0])))
+
+
+def _eval_atom(atom, env) -> int:
+    if atom[0] == "s":
+        return env[atom[1]]
+    args = [evaluate(x, env) for x in atom[1]]
+    if atom[0] == "floordiv":
+        return args[0] // args[1]
+    if atom[0] == "mod":
+        return args[0] % args[1]
+    if atom[0] == "max":
+        return max(args)
+    if atom[0] == "min":
+        return min(args)
+    raise ValueError(f"unknown symbolic function {atom[0]}")
+
+
+def sym(name: str) -> Expr:
+    """The symbol ``name`` as an expression."""
+    return Expr.atom(("s", name))
+
+
+def is_known(d) -> bool:
+    """True when ``d`` is a concrete int (not symbolic, not None)."""
+    return isinstance(d, int)
+
+
+def evaluate(d: Dim, env: Mapping[str, int]) -> int:
+    """The integer value of a dim under symbol bindings ``env``."""
+    return d.evaluate(env) if isinstance(d, Expr) else int(d)
+
+
+def free_symbols(d) -> set[str]:
+    return d.symbols() if isinstance(d, Expr) else set()
+
+
+def floordiv(a: Dim, b: Dim) -> Dim:
+    """``a // b`` (floor division), simplified when b divides every term of a exactly."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a // b
+    if isinstance(b, int):
+        if b == 1:
+            return a
+        if all(c % b == 0 for c in a._terms.values()):
+            return Expr._wrap({m: c // b for m, c in a._terms.items()})
+    else:
+        mono = b.as_monomial()
+        if mono is not None and a != 0:
+            coef, dm = mono
+            out = {}
+            for m, c in Expr._terms_of(a).items():
+                q = _mono_div(m, dm)
+                if q is None or c % coef:
+                    break
+                out[q] = c // coef
+            else:
+                return Expr._wrap(out)
+    return Expr.atom(("floordiv", (a, b)))
+
+
+def mod(a: Dim, b: Dim) -> Dim:
+    if isinstance(a, int) and isinstance(b, int):
+        return a % b
+    if isinstance(floordiv(a, b), int) or (isinstance(b, int) and isinstance(a, Expr)
+                                           and all(c % b == 0 for c in a._terms.values())):
+        return 0
+    return Expr.atom(("mod", (a, b)))
+
+
+def _minmax(op: str, args: Iterable[Dim]) -> Dim:
+    flat: list = []
+    for x in args:
+        if isinstance(x, Expr) and x.as_monomial() and x.as_monomial()[0] == 1 \
+                and len(x.as_monomial()[1]) == 1 and x.as_monomial()[1][0][0][0] == op:
+            flat.extend(x.as_monomial()[1][0][0][1])
+        else:
+            flat.append(x)
+    pick = max if op == "max" else min
+    consts = [x for x in flat if isinstance(x, int)]
+    exprs: list = []
+    for x in flat:
+        if isinstance(x, Expr) and x not in exprs:
+            exprs.append(x)
+    # drop an expression that differs from another only by a constant
+    kept: list = []
+    for x in exprs:
+        for i, y in enumerate(kept):
+            diff = x - y
+            if isinstance(diff, int):
+                kept[i] = pick(x, y, key=lambda e, y=y, d=diff: 0 if e is y else d)
+                break
+        else:
+            kept.append(x)
+    if not kept:
+        return pick(consts)
+    items = sorted(kept, key=_sort_key) + ([pick(consts)] if consts else [])
+    if len(items) == 1:
+        return items[0]
+    return Expr.atom((op, tuple(items)))
+
+
+def dim_max(*args: Dim) -> Dim:
+    """max of dims; ints fold, provably ordered expressions collapse."""
+    return _minmax("max", args)
+
+
+def dim_min(*args: Dim) -> Dim:
+    """min of dims; ints fold, provably ordered expressions collapse."""
+    return _minmax("min", args)
+
+
+def _format_atom(atom) -> str:
+    if atom[0] == "s":
+        return atom[1]
+    a = [_format_arg(x) for x in atom[1]]
+    if atom[0] == "floordiv":
+        return f"{a[0]}//{a[1]}"
+    if atom[0] == "mod":
+        return f"{a[0]}%{a[1]}"
+    return f"{atom[0]}({', '.join(dim_str(x) for x in atom[1])})"
+
+
+def _format_arg(x) -> str:
+    s = dim_str(x)
+    return s if isinstance(x, int) or (isinstance(x, Expr) and x.as_monomial() and x.as_monomial()[0] == 1
+                                       and len(x.as_monomial()[1]) == 1) else f"({s})"
+
+
+def _format_mono(m: tuple) -> str:
+    parts = []
+    for a, p in m:
+        s = _format_atom(a)
+        if a[0] in ("floordiv", "mod") and (len(m) > 1 or p > 1):
+            s = f"({s})"
+        parts.append(s if p == 1 else f"{s}^{p}")
+    return "*".join(parts)
+
+
+def _format(e: Expr) -> str:
+    items = sorted(e._terms.items(), key=lambda mc: (len(mc[0]) == 0, -len(mc[0])))
+    out = ""
+    for m, c in items:
+        if not m:
+            body, mag = str(abs(c)), None
+        else:
+            body = _format_mono(m)
+            mag = abs(c)
+        term = body if mag in (None, 1) else f"{body}*{mag}"
+        if not out:
+            out = term if c > 0 else f"-{term}"
+        else:
+            out += f" + {term}" if c > 0 else f" - {term}"
+    return out
+
+
+def dim_str(d) -> str:
+    """Readable text of a dim: ``"6"``, ``"batch"``, ``"sequence*2"``, ``"(h - 1)//2 + 1"``."""
+    if d is None:
+        return "?"
+    return str(d)
+
+
+# keep math imported for users of floor semantics in docs
+_ = math
