@@ -1,0 +1,135 @@
+"""The ``dynashape`` command line: ``demo``, ``run``.
+
+    dynashape demo
+    dynashape run model.onnx --dim batch=4 --shape x=4x3x32x32 --compare-ort
+"""
+from __future__ import annotations
+
+import sys
+import time
+from typing import Optional
+
+import click
+import numpy as np
+
+from .errors import DynashapeError
+
+__all__ = ["main"]
+
+
+def _ort_session(model_bytes: bytes):
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return None
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.log_severity_level = 3
+    return ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
+
+
+@click.group()
+@click.version_option(package_name="dynashape")
+def main() -> None:
+    """dynashape: an ONNX runtime for dynamic shapes."""
+
+
+@main.command()
+def demo() -> None:
+    """Run the seed's runtime_shape_demo for batches 1, 2, 8, 3, 1 on one session per allocator."""
+    from .demo import DEMO_BATCHES, build_demo_model, demo_input
+    from .session import InferenceSession
+
+    model = build_demo_model()
+    ort_sess = _ort_session(model.SerializeToString())
+    if ort_sess is None:
+        click.echo("onnxruntime is not installed: results are not compared (pip install onnxruntime)")
+    click.echo(f"{'allocator':<9}  {'batch':>5}  {'output shape':<12}  {'max abs diff':>12}  {'arena bytes':>11}")
+    worst = 0.0
+    for allocator in ("naive", "pool"):
+        sess = InferenceSession(model, allocator=allocator)
+        for batch in DEMO_BATCHES:
+            x = demo_input(batch)
+            (y,) = sess.run(None, {"x": x})
+            if ort_sess is not None:
+                (ref,) = ort_sess.run(None, {"x": x})
+                ok = ref.shape == y.shape and np.allclose(y, ref, rtol=1e-4, atol=1e-5)
+                diff = float(np.max(np.abs(y - ref))) if ref.shape == y.shape and y.size else 0.0
+                worst = max(worst, diff if ok else float("inf"))
+                diff_text = f"{diff:.3g}" + ("" if ok else " MISMATCH")
+            else:
+                diff_text = "n/a"
+            arena = sess.last_plan.memory.arena_bytes if sess.last_plan and sess.last_plan.memory else 0
+            click.echo(f"{allocator:<9}  {batch:>5}  {str(list(y.shape)):<12}  {diff_text:>12}  {arena:>11}")
+    if worst == float("inf"):
+        click.echo("FAILED: dynashape differs from ONNX Runtime")
+        sys.exit(1)
+    click.echo("all runs match ONNX Runtime" if ort_sess is not None else "done")
+
+
+def _parse_pairs(items, what: str) -> dict:
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise click.BadParameter(f"{what} must be NAME=VALUE, got {item!r}")
+        k, v = item.rsplit("=", 1)
+        out[k] = v
+    return out
+
+
+@main.command()
+@click.argument("model", type=click.Path(exists=True, dir_okay=False))
+@click.option("--dim", "dims", multiple=True, help="bind a dim_param: NAME=VALUE (repeatable)")
+@click.option("--shape", "shapes", multiple=True, help="an input's whole shape: INPUT=1x3x320x320")
+@click.option("--input", "inputs", multiple=True, help="an input from a .npy file: NAME=FILE.npy")
+@click.option("--allocator", type=click.Choice(["pool", "naive"]), default="pool", show_default=True)
+@click.option("--repeat", type=int, default=1, show_default=True, help="runs on the same feeds")
+@click.option("--compare-ort", is_flag=True, help="also run ONNX Runtime and print the max abs diff")
+@click.option("--seed", type=int, default=0, show_default=True)
+def run(model: str, dims, shapes, inputs, allocator: str, repeat: int, compare_ort: bool, seed: int) -> None:
+    """Run MODEL on given or random feeds and print each output's name, shape, dtype and checksum."""
+    from .feeds import random_feeds
+    from .session import InferenceSession
+
+    try:
+        sess = InferenceSession(model, allocator=allocator)
+        dim_values = {k: int(v) for k, v in _parse_pairs(dims, "--dim").items()}
+        shape_values = {k: [int(x) for x in v.lower().split("x")] if v else []
+                        for k, v in _parse_pairs(shapes, "--shape").items()}
+        given = {k: np.load(v) for k, v in _parse_pairs(inputs, "--input").items()}
+        feeds = random_feeds(sess, dim_values, shape_values, given, seed=seed)
+        times = []
+        for _ in range(max(1, repeat)):
+            t0 = time.perf_counter()
+            outs = sess.run(None, feeds)
+            times.append((time.perf_counter() - t0) * 1e3)
+    except (DynashapeError, ValueError) as exc:
+        raise click.ClickException(str(exc))
+    for name, arr in feeds.items():
+        click.echo(f"input  {name}: {arr.dtype}{list(arr.shape)}")
+    ref = None
+    if compare_ort:
+        ort_sess = _ort_session(open(model, "rb").read())
+        if ort_sess is None:
+            click.echo("onnxruntime is not installed: --compare-ort skipped")
+        else:
+            ref = ort_sess.run(None, feeds)
+    for i, (o, arr) in enumerate(zip(sess.get_outputs(), outs)):
+        checksum = float(np.sum(arr.astype(np.float64))) if arr.dtype.kind in "biuf" else float("nan")
+        line = f"output {o.name}: {arr.dtype}{list(arr.shape)} checksum={checksum:.6g}"
+        if ref is not None:
+            r = ref[i]
+            if r.shape != arr.shape:
+                line += f" ORT shape {list(r.shape)} DIFFERS"
+            else:
+                diff = float(np.max(np.abs(arr.astype(np.float64) - r.astype(np.float64)))) if arr.size else 0.0
+                line += f" max_abs_diff_vs_ort={diff:.3g}"
+        click.echo(line)
+    click.echo(f"median run time: {float(np.median(times)):.3f} ms over {len(times)} run(s)")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
+
+
+_ = Optional

@@ -1,0 +1,164 @@
+"""A model prepared for execution: nodes in topological order with resolved schemas,
+slots (integer ids) for every tensor name, constants folded once at session creation,
+and which graph inputs feed a shape computation by value.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from .errors import ModelLoadError
+from .model import Graph, Model, Node
+from .records import OpDef
+from .registry import Registry
+
+__all__ = ["PreparedNode", "PreparedGraph", "prepare_graph"]
+
+
+@dataclass
+class PreparedNode:
+    """A node with its schema, the opset of its domain and its slot ids.
+
+    ``inputs`` holds -1 for an absent optional input; ``implicit`` are the outer-scope
+    values its subgraphs read (If/Loop), appended to its inputs when it runs.
+    """
+
+    node: Node
+    opdef: OpDef
+    opset: int
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    implicit: tuple[int, ...] = ()
+
+    @property
+    def all_inputs(self) -> tuple[int, ...]:
+        return self.inputs + self.implicit
+
+
+@dataclass
+class PreparedGraph:
+    graph: Graph
+    opsets: dict[str, int]
+    names: list[str]                      # slot -> tensor name
+    slot: dict[str, int]                  # tensor name -> slot
+    nodes: list[PreparedNode]
+    input_slots: list[int]
+    output_slots: list[int]
+    constants: dict[int, np.ndarray]      # initializers (and folded constants)
+    value_inputs: set[int] = field(default_factory=set)  # graph-input slots read by value for shapes
+    producer: dict[int, int] = field(default_factory=dict)  # slot -> index in nodes
+
+
+def _toposort(graph: Graph, known: set[str]) -> list[Node]:
+    """Nodes in an order where each node's inputs are produced before it (Kahn)."""
+    available = set(known)
+    pending = list(graph.nodes)
+    ordered: list[Node] = []
+    while pending:
+        rest = []
+        for n in pending:
+            needs = [i for i in n.inputs if i] + sorted(_implicit_names(n))
+            if all(i in available for i in needs):
+                ordered.append(n)
+                available.update(o for o in n.outputs if o)
+            else:
+                rest.append(n)
+        if len(rest) == len(pending):
+            missing = sorted({i for n in rest for i in n.inputs if i and i not in available
+                              and not any(i in m.outputs for m in rest)})
+            names = ", ".join(f"'{n.name}'" for n in rest[:5])
+            raise ModelLoadError(f"graph '{graph.name}' has a cycle or undefined inputs {missing} "
+                                 f"at nodes {names}")
+        pending = rest
+    return ordered
+
+
+def _implicit_names(node: Node) -> set[str]:
+    names: set[str] = set()
+    for a in node.attrs.values():
+        if isinstance(a, Graph):
+            names |= a.outer_names()
+        elif isinstance(a, list) and a and isinstance(a[0], Graph):
+            for g in a:
+                names |= g.outer_names()
+    return names
+
+
+def prepare_graph(model_or_graph, registry: Registry, opsets: Optional[dict[str, int]] = None,
+                  outer: tuple[str, ...] = ()) -> PreparedGraph:
+    """Resolve schemas, order nodes and give every tensor a slot.
+
+    ``outer`` are names defined outside a subgraph; they become extra graph inputs.
+
+    Raises:
+        UnsupportedOperatorError: an op has no definition for the model's opset.
+        ModelLoadError: the graph is not a DAG or reads undefined names.
+    """
+    if isinstance(model_or_graph, Model):
+        graph, opsets = model_or_graph.graph, model_or_graph.opsets
+    else:
+        graph = model_or_graph
+    assert opsets is not None
+    names: list[str] = []
+    slot: dict[str, int] = {}
+
+    def slot_of(name: str) -> int:
+        if not name:
+            return -1
+        if name not in slot:
+            slot[name] = len(names)
+            names.append(name)
+        return slot[name]
+
+    input_slots = [slot_of(v.name) for v in graph.inputs] + [slot_of(n) for n in outer]
+    constants = {slot_of(k): v for k, v in graph.initializers.items()}
+    known = {v.name for v in graph.inputs} | set(graph.initializers) | set(outer)
+    nodes = []
+    producer = {}
+    for n in _toposort(graph, known):
+        domain_opset = opsets.get(n.domain)
+        if domain_opset is None:
+            domain_opset = opsets.get("", 1) if n.domain in ("", "ai.onnx") else 1
+        opdef = registry.resolve_op(n.domain, n.op_type, domain_opset, n.name)
+        implicit = tuple(slot_of(x) for x in sorted(_implicit_names(n)))
+        pn = PreparedNode(n, opdef, domain_opset, tuple(slot_of(i) for i in n.inputs),
+                          tuple(slot_of(o) for o in n.outputs), implicit)
+        for o in pn.outputs:
+            if o >= 0:
+                producer[o] = len(nodes)
+        nodes.append(pn)
+    output_slots = [slot_of(v.name) for v in graph.outputs]
+    pg = PreparedGraph(graph, dict(opsets), names, slot, nodes, input_slots, output_slots,
+                       constants, producer=producer)
+    pg.value_inputs = _value_needed_inputs(pg)
+    return pg
+
+
+def _value_needed_inputs(pg: PreparedGraph) -> set[int]:
+    """Graph-input slots whose values (not only shapes) reach some op's ``value_inputs``."""
+    needed: set[int] = set()
+    stack = []
+    for pn in pg.nodes:
+        for i in pn.opdef.value_inputs:
+            if i < len(pn.inputs) and pn.inputs[i] >= 0:
+                stack.append(pn.inputs[i])
+    seen: set[int] = set()
+    inputs = set(pg.input_slots)
+    while stack:
+        s = stack.pop()
+        if s in seen:
+            continue
+        seen.add(s)
+        if s in inputs:
+            needed.add(s)
+            continue
+        p = pg.producer.get(s)
+        if p is None:
+            continue
+        pn = pg.nodes[p]
+        for j, src in enumerate(pn.all_inputs):
+            if src >= 0 and j not in pn.opdef.shape_only_inputs:
+                stack.append(src)
+    return needed

@@ -1,0 +1,148 @@
+"""Third-party plugins through the pluggy hooks: a new op, a kernel override by priority,
+conflicts named by plugin, broken entry points skipped."""
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import dynashape
+from dynashape import hookimpl
+from dynashape.records import OpLibrary, same_dtype
+from dynashape.registry import get_registry
+
+
+def _plugin(lib: OpLibrary) -> types.SimpleNamespace:
+    @hookimpl
+    def dynashape_register_ops():
+        return lib.ops
+
+    @hookimpl
+    def dynashape_register_kernels():
+        return lib.kernels
+
+    return types.SimpleNamespace(dynashape_register_ops=dynashape_register_ops,
+                                 dynashape_register_kernels=dynashape_register_kernels)
+
+
+@pytest.fixture
+def registered():
+    names = []
+
+    def register(lib: OpLibrary, name: str):
+        names.append(dynashape.register_plugin(_plugin(lib), name=name))
+
+    yield register
+    for n in names:
+        dynashape.unregister_plugin(n)
+
+
+def _one_node_model(op_type, domain="", opset=1):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])
+    g = helper.make_graph([helper.make_node(op_type, ["x"], ["y"], domain=domain)], "g", [x], [y])
+    imports = [helper.make_opsetid("", 17)] + ([helper.make_opsetid(domain, opset)] if domain else [])
+    return helper.make_model(g, opset_imports=imports)
+
+
+def test_plugin_adds_a_new_op_in_its_own_domain(registered):
+    lib = OpLibrary()
+
+    @lib.op("Square", since_version=1, domain="com.example", infer_dtype=same_dtype(0))
+    def _shape(ctx):
+        return [ctx.shape(0)]
+
+    @lib.kernel("Square", domain="com.example")
+    def _square(inputs, outputs, ctx):
+        np.multiply(inputs[0], inputs[0], out=outputs[0])
+
+    registered(lib, "square-plugin")
+    sess = dynashape.InferenceSession(_one_node_model("Square", "com.example"))
+    (y,) = sess.run(None, {"x": np.array([1, -2, 3], np.float32)})
+    np.testing.assert_array_equal(y, [1, 4, 9])
+    assert get_registry().resolve_op("com.example", "Square", 1).plugin == "square-plugin"
+
+
+def test_plugin_kernel_with_higher_priority_overrides_the_builtin(registered):
+    lib = OpLibrary()
+
+    @lib.kernel("Relu", priority=10)
+    def _leaky(inputs, outputs, ctx):
+        np.copyto(outputs[0], np.where(inputs[0] > 0, inputs[0], 0.5 * inputs[0]))
+
+    registered(lib, "relu-override")
+    kernel = get_registry().resolve_kernel("", "Relu", 17, np.dtype(np.float32))
+    assert kernel.plugin == "relu-override"
+    (y,) = dynashape.InferenceSession(_one_node_model("Relu")).run(None, {"x": np.array([-2, 3], np.float32)})
+    np.testing.assert_array_equal(y, [-1, 3])
+
+
+def test_builtin_kernel_is_back_after_unregistering_the_override():
+    (y,) = dynashape.InferenceSession(_one_node_model("Relu")).run(None, {"x": np.array([-2, 3], np.float32)})
+    np.testing.assert_array_equal(y, [0, 3])
+    assert get_registry().resolve_kernel("", "Relu", 17, np.dtype(np.float32)).plugin == "dynashape.ops_builtin"
+
+
+def test_equal_priority_overlapping_kernels_name_both_plugins(registered):
+    for name in ("first-plugin", "second-plugin"):
+        lib = OpLibrary()
+
+        @lib.kernel("Cube", domain="com.example", since_version=1, end_version=5)
+        def _cube(inputs, outputs, ctx):
+            np.power(inputs[0], 3, out=outputs[0])
+
+        registered(lib, name)
+    with pytest.raises(dynashape.KernelConflictError, match="first-plugin.*second-plugin|second-plugin.*first-plugin"):
+        get_registry()
+
+
+def test_non_overlapping_ranges_do_not_conflict(registered):
+    for name, (lo, hi) in (("old-plugin", (1, 5)), ("new-plugin", (6, None))):
+        lib = OpLibrary()
+
+        @lib.kernel("Cube", domain="com.example", since_version=lo, end_version=hi)
+        def _cube(inputs, outputs, ctx):
+            np.power(inputs[0], 3, out=outputs[0])
+
+        registered(lib, name)
+    reg = get_registry()
+    assert reg.resolve_kernel("com.example", "Cube", 3, None).plugin == "old-plugin"
+    assert reg.resolve_kernel("com.example", "Cube", 9, None).plugin == "new-plugin"
+
+
+def test_misspelled_hook_is_rejected_with_the_plugin_name():
+    bad = types.SimpleNamespace()
+
+    @hookimpl
+    def dynashape_register_opz():
+        return []
+
+    bad.dynashape_register_opz = dynashape_register_opz
+    with pytest.raises(dynashape.PluginError, match="typo-plugin"):
+        dynashape.register_plugin(bad, name="typo-plugin")
+
+
+def test_broken_entry_point_is_reported_and_skipped(monkeypatch):
+    from dynashape import registry
+
+    class BrokenEP:
+        name = "broken"
+        value = "nowhere.module:plugin"
+
+        def load(self):
+            raise ImportError("No module named 'nowhere'")
+
+    monkeypatch.setattr(registry.metadata, "entry_points", lambda group: [BrokenEP()])
+    with pytest.warns(RuntimeWarning, match="plugin 'broken'.*skipped"):
+        errors = registry.load_entry_points()
+    assert "No module named 'nowhere'" in errors["broken"]
+    assert get_registry().resolve_op("", "Relu", 17).plugin == "dynashape.ops_builtin"
+
+
+def test_builtin_ops_come_through_the_same_hooks():
+    pm = dynashape.registry.plugin_manager()
+    assert pm.has_plugin("dynashape.ops_builtin")
+    names = {impl.plugin_name for impl in pm.hook.dynashape_register_ops.get_hookimpls()}
+    assert "dynashape.ops_builtin" in names

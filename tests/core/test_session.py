@@ -1,0 +1,134 @@
+"""Session behaviour: feed validation, recovery after a failed run, output ownership, arena policy."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import dynashape
+from dynashape.demo import BIAS, build_demo_model, demo_input
+
+ALLOCATORS = ["pool", "naive"]
+
+
+def _two_input_model():
+    a = helper.make_tensor_value_info("a", TensorProto.FLOAT, ["n", 3])
+    b = helper.make_tensor_value_info("b", TensorProto.FLOAT, ["n", 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])
+    g = helper.make_graph([helper.make_node("Add", ["a", "b"], ["y"])], "g", [a, b], [y])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture(params=ALLOCATORS)
+def demo(request):
+    return dynashape.InferenceSession(build_demo_model(), allocator=request.param)
+
+
+def test_demo_values_are_reshape_plus_bias(demo):
+    x = demo_input(3)
+    (y,) = demo.run(None, {"x": x})
+    np.testing.assert_allclose(y, x.reshape(3, 6) + BIAS, rtol=0, atol=0)
+
+
+def test_missing_input_names_it(demo):
+    with pytest.raises(dynashape.InputNameError, match="missing input 'x'") as info:
+        demo.run(None, {})
+    assert isinstance(info.value, KeyError) and isinstance(info.value, ValueError)
+
+
+def test_unknown_input_name_lists_the_real_ones(demo):
+    with pytest.raises(dynashape.InputNameError, match=r"unknown input name\(s\) \['z'\].*\['x'\]"):
+        demo.run(None, {"x": demo_input(1), "z": demo_input(1)})
+
+
+def test_wrong_rank(demo):
+    with pytest.raises(dynashape.InputRankMismatch, match="input 'x': expected rank 3.*got rank 2"):
+        demo.run(None, {"x": np.zeros((2, 6), np.float32)})
+
+
+def test_fixed_dim_mismatch_names_axis_expected_and_got(demo):
+    with pytest.raises(dynashape.InputFixedDimMismatch, match=r"input 'x', axis 1: expected 2 .*got 4"):
+        demo.run(None, {"x": np.zeros((2, 4, 3), np.float32)})
+
+
+def test_dtype_mismatch_is_a_type_error(demo):
+    with pytest.raises(dynashape.InputDtypeMismatch, match=r"expected tensor\(float\).*got numpy float64") as info:
+        demo.run(None, {"x": np.zeros((2, 2, 3))})
+    assert isinstance(info.value, TypeError)
+
+
+def test_one_symbol_bound_to_two_values():
+    sess = dynashape.InferenceSession(_two_input_model())
+    with pytest.raises(dynashape.DimParamMismatch, match=r"dim_param 'n' is bound to 2 by input 'a' axis 0 "
+                                                         r"and to 3 by input 'b' axis 0"):
+        sess.run(None, {"a": np.zeros((2, 3), np.float32), "b": np.zeros((3, 3), np.float32)})
+
+
+def test_unknown_output_name(demo):
+    with pytest.raises(dynashape.InputNameError, match="unknown output name 'nope'"):
+        demo.run(["nope"], {"x": demo_input(1)})
+
+
+def test_session_usable_after_failed_runs(demo):
+    for bad in ({}, {"x": np.zeros((2, 4, 3), np.float32)}, {"x": np.zeros((2, 2, 3), np.int64)}):
+        with pytest.raises(dynashape.DynashapeError):
+            demo.run(None, bad)
+    x = demo_input(4)
+    (y,) = demo.run(None, {"x": x})
+    np.testing.assert_array_equal(y, x.reshape(4, 6) + BIAS)
+
+
+def test_session_usable_after_shape_inference_error():
+    # Reshape to a constant [2, 3]: any batch but 1 breaks the element count
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])
+    g = helper.make_graph([helper.make_node("Reshape", ["x", "t"], ["r"]), helper.make_node("Relu", ["r"], ["y"])],
+                          "g", [x], [y], [numpy_helper.from_array(np.array([1, 3], np.int64), "t")])
+    sess = dynashape.InferenceSession(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    with pytest.raises(dynashape.ShapeInferenceError, match="Reshape"):
+        sess.run(None, {"x": np.ones((2, 3), np.float32)})
+    (out,) = sess.run(None, {"x": -np.ones((1, 3), np.float32)})
+    np.testing.assert_array_equal(out, np.zeros((1, 3), np.float32))
+    assert sess.stats.failed_runs == 1 and sess.stats.runs == 1
+
+
+def test_returned_arrays_are_untouched_by_later_runs(demo):
+    results = []
+    inputs = [demo_input(b) for b in (1, 2, 8, 3, 1, 2)]
+    for x in inputs:
+        results.append(demo.run(None, {"x": x})[0])
+    for x, y in zip(inputs, results):
+        np.testing.assert_array_equal(y, x.reshape(x.shape[0], 6) + BIAS)
+
+
+def _chain_model():
+    # x -> Relu -> Neg -> Relu -> Neg -> y : intermediates live in the arena
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 16])
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["a"], ["b"]),
+             helper.make_node("Relu", ["b"], ["c"]), helper.make_node("Neg", ["c"], ["y"])]
+    g = helper.make_graph(nodes, "chain", [x], [y])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_pool_arena_grows_for_larger_shapes_and_is_kept_for_smaller():
+    sess = dynashape.InferenceSession(_chain_model(), allocator="pool")
+    capacities = []
+    for n in (4, 64, 8, 2, 64, 128):
+        x = np.random.default_rng(n).standard_normal((n, 16)).astype(np.float32)
+        (y,) = sess.run(None, {"x": x})
+        np.testing.assert_array_equal(y, -np.maximum(-np.maximum(x, 0), 0))
+        capacities.append(sess.arena_bytes)
+    # n=4 needs 2 blocks of 256 B (a, b alive together); 64 -> 2*4096; 8, 2, 64 fit; 128 grows
+    assert capacities == [512, 8192, 8192, 8192, 8192, 16384]
+    assert sess.arena.grow_count == 3
+
+
+def test_trim_releases_the_arena():
+    sess = dynashape.InferenceSession(_chain_model(), allocator="pool")
+    sess.run(None, {"x": np.ones((64, 16), np.float32)})
+    assert sess.arena_bytes == 8192
+    sess.trim()
+    assert sess.arena_bytes == 0
+    (y,) = sess.run(None, {"x": np.ones((2, 16), np.float32)})
+    np.testing.assert_array_equal(y, -np.ones((2, 16), np.float32) * 0)
