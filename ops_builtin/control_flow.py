@@ -1,0 +1,537 @@
+"""Control flow: If, Loop and Scan (all ONNX versions; tensor-typed values only).
+
+Each subgraph attribute (``then_branch``/``else_branch``/``body``) runs through a
+:class:`dynashape.subgraph.SubgraphRunner`, made once per subgraph and opset set and
+kept on the :class:`~dynashape.model.Graph` object, so its plan cache lives as long as
+the model. The outer-scope values a node's subgraphs read arrive appended to the
+kernel's ``inputs``, in the order of the sorted union of the subgraphs' outer names
+(``PreparedNode.implicit``); the kernels hand them to the runners by name.
+
+If and Loop are data-dependent (the branch taken and the trip count depend on input
+values), and so is Scan (its body may be): the core infers and runs them when they are
+reached, and the kernels return their outputs as fresh arrays. Inference reports the
+subgraphs' declared output types, with a fresh symbol for every dim a subgraph does not
+fix.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Optional, Sequence
+
+import numpy as np
+from dynashape.errors import DynashapeError, ExecutionError
+from dynashape.model import FIXED, Graph, ValueInfo
+from dynashape.records import InferContext, OpLibrary
+from dynashape.shapes import normalize_axis, numel
+
+lib = OpLibrary()
+
+IF_VERSIONS = (1, 11, 13, 16, 19, 21, 23, 24, 25)
+LOOP_VERSIONS = (1, 11, 13, 16, 19, 21, 23, 24, 25)
+SCAN8_VERSIONS = (8,)
+SCAN_VERSIONS = (9, 11, 16, 19, 21, 23, 24, 25)
+
+_RUNNERS_ATTR = "_dynashape_subgraph_runners"
+
+
+# subgraph runners ------------------------------------------------------------------
+
+def _opsets(ctx: InferContext) -> dict:
+    """The opset imports of the model the node belongs to (for its subgraphs)."""
+    rt = ctx.runtime
+    for holder in (getattr(rt, "prepared", None), getattr(rt, "graph", None), getattr(rt, "model", None)):
+        opsets = getattr(holder, "opsets", None)
+        if isinstance(opsets, Mapping):
+            return dict(opsets)
+    return {"": ctx.opset}
+
+
+def _runner(graph: Graph, opsets: Mapping[str, int]):
+    """The cached SubgraphRunner of ``graph`` for these opsets (made on first use)."""
+    from dynashape.subgraph import SubgraphRunner  # the core imports the op families
+
+    cache = graph.__dict__.setdefault(_RUNNERS_ATTR, {})
+    key = tuple(sorted(opsets.items()))
+    runner = cache.get(key)
+    if runner is None:
+        runner = cache[key] = SubgraphRunner(graph, opsets)
+    return runner
+
+
+def _graph_attr(ctx: InferContext, name: str) -> Graph:
+    g = ctx.attr(name)
+    if not isinstance(g, Graph):
+        ctx.fail(f"attribute '{name}' must be a graph", kind="MissingAttribute")
+    return g
+
+
+def _outer_values(runners, node, inputs: Sequence) -> dict:
+    """Outer-scope values by name: the node's inputs after its own, in sorted-name order."""
+    names = sorted(set().union(*(r.outer for r in runners)))
+    extra = inputs[len(node.inputs):]
+    if len(extra) < len(names):
+        raise ExecutionError(f"{node.op_type} node '{node.name}': outer-scope values {names} "
+                             f"expected after its inputs, got {len(extra)} values")
+    return dict(zip(names, extra))
+
+
+def _owned(a) -> np.ndarray:
+    """A copy of an input array: node outputs must not alias planned buffers."""
+    return np.array(a, copy=True)
+
+
+# declared subgraph types -------------------------------------------------------------
+
+def _declared_shape(ctx: InferContext, vi: ValueInfo, prefix: tuple = ()) -> Optional[tuple]:
+    """A subgraph value's declared shape: fixed dims kept, others fresh symbols; None: no shape."""
+    if vi.dims is None:
+        return None
+    return tuple(prefix) + tuple(d.value if d.kind == FIXED else ctx.new_dim() for d in vi.dims)
+
+
+def _declared_dtype(vi: ValueInfo):
+    return vi.dtype if vi.elem_type else None
+
+
+def _merge_shapes(ctx: InferContext, a: Optional[tuple], b: Optional[tuple]) -> Optional[tuple]:
+    """One shape covering both branches: equal dims kept, others fresh; None when ranks differ."""
+    if a is None or b is None or len(a) != len(b):
+        return None
+    return tuple(x if (isinstance(x, int) and isinstance(y, int) and x == y) else ctx.new_dim()
+                 for x, y in zip(a, b))
+
+
+def _scalar_flag(ctx: InferContext, i: int, what: str) -> None:
+    """Check that input ``i`` holds exactly one element (when its shape is concrete)."""
+    shape = ctx.shape(i)
+    if shape is not None and all(isinstance(d, int) for d in shape) and numel(shape) != 1:
+        ctx.fail(f"{what} must hold exactly one element, got shape {tuple(shape)}", kind="InvalidInputs")
+
+
+def _first(a: np.ndarray):
+    return np.asarray(a).reshape(-1)[0]
+
+
+def _resolved_outputs(runner, feeds: Mapping[str, np.ndarray]) -> list:
+    """(shape, dtype) of each subgraph output for these feeds, from shape inference only.
+
+    A shape is None where the subgraph cannot tell it without running (data-dependent).
+    """
+    from dynashape.inference import resolve
+
+    pg = runner.prepared
+    shapes, dtypes, values = {}, {}, {}
+    for name in runner.input_names:
+        a = np.asarray(feeds[name])
+        s = pg.slot[name]
+        shapes[s], dtypes[s] = tuple(a.shape), a.dtype
+        if s in pg.value_inputs:
+            values[s] = a
+    try:
+        res = resolve(pg, runner.registry, shapes, dtypes, values, runtime=runner)
+    except DynashapeError:
+        return [(None, None)] * len(pg.output_slots)
+    return [(res.shapes[s], res.dtypes[s]) for s in pg.output_slots]
+
+
+def _empty_stack(vi: ValueInfo, resolved: tuple, prefix: tuple) -> np.ndarray:
+    """An empty stacked output: ``prefix`` + the per-iteration shape (resolved or declared)."""
+    shape, dtype = resolved
+    if shape is None or not all(isinstance(d, int) for d in shape):
+        dims = vi.dims or ()
+        shape = tuple(d.value if d.kind == FIXED else 0 for d in dims)
+    if dtype is None:
+        dtype = _declared_dtype(vi) or np.dtype(np.float32)
+    return np.zeros(tuple(prefix) + tuple(shape), dtype=dtype)
+
+
+def _stack(parts: list, axis: int, node, what: str) -> np.ndarray:
+    try:
+        return np.stack(parts, axis=axis)
+    except ValueError as exc:
+        shapes = sorted({tuple(p.shape) for p in parts})
+        raise ExecutionError(f"{node.op_type} node '{node.name}': {what} changes shape across "
+                             f"iterations {shapes}; scan outputs must keep one shape") from exc
+
+
+# If ----------------------------------------------------------------------------------
+
+def _if_branches(ctx: InferContext) -> tuple[Graph, Graph]:
+    then_g, else_g = _graph_attr(ctx, "then_branch"), _graph_attr(ctx, "else_branch")
+    n = ctx.num_outputs
+    for name, g in (("then_branch", then_g), ("else_branch", else_g)):
+        if len(g.outputs) != n:
+            ctx.fail(f"{name} has {len(g.outputs)} outputs, expected {n} (the node's outputs)",
+                     kind="BranchOutputCount")
+    return then_g, else_g
+
+
+def _if_chosen(ctx: InferContext) -> Optional[bool]:
+    v = ctx.value(0)
+    if v is None or np.asarray(v).size != 1 or np.asarray(v).dtype == object:
+        return None
+    return bool(_first(v))
+
+
+def _if_shape(ctx: InferContext):
+    """If: each output is the taken branch's; when unknown, what both branches declare alike.
+
+    Source: ONNX operator spec, If-1/11/13/16/19/21/23/24/25.
+    """
+    then_g, else_g = _if_branches(ctx)
+    _scalar_flag(ctx, 0, "cond")
+    chosen = _if_chosen(ctx)
+    if chosen is not None:
+        g = then_g if chosen else else_g
+        return [_declared_shape(ctx, vi) for vi in g.outputs]
+    return [_merge_shapes(ctx, _declared_shape(ctx, a), _declared_shape(ctx, b))
+            for a, b in zip(then_g.outputs, else_g.outputs)]
+
+
+def _if_dtype(ctx: InferContext):
+    then_g, else_g = _if_branches(ctx)
+    chosen = _if_chosen(ctx)
+    out = []
+    for a, b in zip(then_g.outputs, else_g.outputs):
+        da, db = _declared_dtype(a), _declared_dtype(b)
+        if da is not None and db is not None and da != db:
+            ctx.fail(f"branch outputs '{a.name}' ({da}) and '{b.name}' ({db}) must have one dtype",
+                     kind="BranchDtypeMismatch")
+        if chosen is not None:
+            out.append(da if chosen else db)
+        else:
+            out.append(da if da is not None else db)
+    return out
+
+
+lib.op("If", IF_VERSIONS, infer_dtype=_if_dtype, data_dependent=True)(_if_shape)
+
+
+def _if_prepare(ctx: InferContext):
+    opsets = _opsets(ctx)
+    then_g, else_g = _if_branches(ctx)
+    return ctx.node, _runner(then_g, opsets), _runner(else_g, opsets)
+
+
+@lib.kernel("If", prepare=_if_prepare)
+def _if(inputs, outputs, prepared):
+    """If: run then_branch when the one-element bool ``cond`` is true, else else_branch.
+
+    Outputs: the branch's outputs (any shapes/dtypes it makes). Source: ONNX operator spec, If-21.
+    """
+    node, then_r, else_r = prepared
+    outer = _outer_values((then_r, else_r), node, inputs)
+    runner = then_r if bool(_first(inputs[0])) else else_r
+    return runner.run_list([], outer)
+
+
+# Loop --------------------------------------------------------------------------------
+
+def _loop_body(ctx: InferContext) -> tuple[Graph, int, int]:
+    """The body graph, N (loop-carried count) and K (scan output count), validated."""
+    body = _graph_attr(ctx, "body")
+    n_carried = len(ctx.node.inputs) - 2
+    if n_carried < 0:
+        ctx.fail("expects inputs (M, cond, v_initial...), with '' for an absent M or cond",
+                 kind="InvalidInputs")
+    if len(body.inputs) != n_carried + 2:
+        ctx.fail(f"body has {len(body.inputs)} inputs, expected {n_carried + 2} "
+                 f"(iteration_num, cond and {n_carried} loop-carried values)", kind="BodyInputCount")
+    n_scan = len(body.outputs) - 1 - n_carried
+    if n_scan < 0:
+        ctx.fail(f"body has {len(body.outputs)} outputs, expected at least {n_carried + 1} "
+                 f"(cond and {n_carried} loop-carried values)", kind="BodyOutputCount")
+    if ctx.num_outputs != n_carried + n_scan:
+        ctx.fail(f"node has {ctx.num_outputs} outputs, expected {n_carried + n_scan} "
+                 f"({n_carried} loop-carried values and {n_scan} scan outputs)", kind="BodyOutputCount")
+    return body, n_carried, n_scan
+
+
+def _loop_shape(ctx: InferContext):
+    """Loop: final loop-carried values, then scan outputs (trip count, *per-iteration shape).
+
+    Carried values keep their rank (dims the body does not fix are fresh symbols); the trip
+    count is data-dependent. Source: ONNX operator spec, Loop-1/11/13/16/19/21/23/24/25.
+    """
+    body, n_carried, n_scan = _loop_body(ctx)
+    if ctx.has_input(0):
+        _scalar_flag(ctx, 0, "M (the trip count)")
+    if ctx.has_input(1):
+        _scalar_flag(ctx, 1, "cond")
+    out = []
+    for j in range(n_carried):
+        declared = body.outputs[1 + j]
+        init = ctx.shape(2 + j)
+        if declared.dims is not None:
+            out.append(_declared_shape(ctx, declared))
+        else:
+            out.append(None if init is None else tuple(ctx.new_dim() for _ in init))
+    for k in range(n_scan):
+        out.append(_declared_shape(ctx, body.outputs[1 + n_carried + k], prefix=(ctx.new_dim(),)))
+    return out
+
+
+def _loop_dtype(ctx: InferContext):
+    body, n_carried, n_scan = _loop_body(ctx)
+    return ([ctx.dtype(2 + j) for j in range(n_carried)]
+            + [_declared_dtype(body.outputs[1 + n_carried + k]) for k in range(n_scan)])
+
+
+lib.op("Loop", LOOP_VERSIONS, infer_dtype=_loop_dtype, data_dependent=True)(_loop_shape)
+
+
+def _loop_prepare(ctx: InferContext):
+    body, n_carried, n_scan = _loop_body(ctx)
+    runner = _runner(body, _opsets(ctx))
+    ranks = [vi.rank or 0 for vi in body.inputs[:2]]
+    return ctx.node, runner, n_carried, n_scan, ranks[0], ranks[1]
+
+
+@lib.kernel("Loop", prepare=_loop_prepare)
+def _loop(inputs, outputs, prepared):
+    """Loop: run the body while ``i < M`` and ``cond`` (each optional), carrying values.
+
+    Outputs: the last loop-carried values, then each scan output stacked on a new axis 0
+    (shape (0, ...) when the body never runs). Source: ONNX operator spec, Loop-21.
+    """
+    node, runner, n_carried, n_scan, iter_rank, cond_rank = prepared
+    outer = _outer_values((runner,), node, inputs)
+    trip = None if inputs[0] is None else int(_first(inputs[0]))
+    use_cond = inputs[1] is not None
+    keep = bool(_first(inputs[1])) if use_cond else True
+    carried = list(inputs[2:2 + n_carried])
+    scans: list = [[] for _ in range(n_scan)]
+    i = 0
+    while keep and (trip is None or i < trip):
+        it = np.full((1,) * iter_rank, i, dtype=np.int64)
+        flag = np.full((1,) * cond_rank, keep, dtype=np.bool_)
+        res = runner.run_list([it, flag] + carried, outer)
+        if use_cond:
+            keep = bool(_first(res[0]))
+        carried = res[1:1 + n_carried]
+        for k in range(n_scan):
+            scans[k].append(res[1 + n_carried + k])
+        i += 1
+    if i == 0:
+        carried = [_owned(a) for a in carried]
+        stacked = _zero_trip_scans(runner, inputs, outer, n_carried, n_scan, iter_rank, cond_rank)
+    else:
+        stacked = [_stack(p, 0, node, f"scan output {k}") for k, p in enumerate(scans)]
+    return carried + stacked
+
+
+def _zero_trip_scans(runner, inputs, outer, n_carried, n_scan, iter_rank, cond_rank) -> list:
+    """Empty scan outputs, shaped as one body iteration would shape them (not run)."""
+    if n_scan == 0:
+        return []
+    formal = [np.zeros((1,) * iter_rank, np.int64), np.ones((1,) * cond_rank, np.bool_)]
+    feeds = dict(zip((v.name for v in runner.graph.inputs), formal + list(inputs[2:2 + n_carried])))
+    feeds.update(outer)
+    resolved = _resolved_outputs(runner, feeds)
+    outs = runner.graph.outputs
+    return [_empty_stack(outs[1 + n_carried + k], resolved[1 + n_carried + k], (0,)) for k in range(n_scan)]
+
+
+# Scan --------------------------------------------------------------------------------
+
+def _int_list(ctx: InferContext, name: str, n: int, default: int) -> list:
+    v = ctx.attr(name)
+    if v is None:
+        return [default] * n
+    v = [int(x) for x in v]
+    if len(v) != n:
+        ctx.fail(f"attribute '{name}' has {len(v)} entries, expected {n}", kind="InvalidAttribute")
+    return v
+
+
+def _directions(ctx: InferContext, name: str, n: int) -> list:
+    dirs = _int_list(ctx, name, n, 0)
+    if any(d not in (0, 1) for d in dirs):
+        ctx.fail(f"attribute '{name}' must hold 0 (forward) or 1 (reverse), got {dirs}",
+                 kind="InvalidAttribute")
+    return dirs
+
+
+def _scan_layout(ctx: InferContext) -> dict:
+    """Scan's body, counts, axes and directions, validated (Scan-8: batch axis 0, 1 input more)."""
+    body = _graph_attr(ctx, "body")
+    v8 = ctx.opset < 9
+    first = 1 if v8 else 0  # Scan-8's sequence_lens
+    n_in = len(ctx.node.inputs) - first
+    m = ctx.attr("num_scan_inputs")
+    if m is None:
+        ctx.fail("attribute 'num_scan_inputs' is required", kind="MissingAttribute")
+    m = int(m)
+    if m < 1 or m > n_in:
+        ctx.fail(f"num_scan_inputs={m} must be in [1, {n_in}] (the number of state and scan inputs)",
+                 kind="InvalidAttribute")
+    n = n_in - m
+    if len(body.inputs) != n_in:
+        ctx.fail(f"body has {len(body.inputs)} inputs, expected {n_in} ({n} states, {m} scan slices)",
+                 kind="BodyInputCount")
+    k = len(body.outputs) - n
+    if k < 0 or ctx.num_outputs != n + k:
+        ctx.fail(f"body has {len(body.outputs)} outputs and the node {ctx.num_outputs}; both must be "
+                 f"{n} states followed by the scan outputs", kind="BodyOutputCount")
+    lay = dict(body=body, v8=v8, first=first, n=n, m=m, k=k)
+    if v8:
+        lay.update(in_dirs=_directions(ctx, "directions", m), in_axes=[0] * m,
+                   out_dirs=[0] * k, out_axes=[0] * k)
+        return lay
+    in_axes = _int_list(ctx, "scan_input_axes", m, 0)
+    out_axes = _int_list(ctx, "scan_output_axes", k, 0)
+    for j, ax in enumerate(in_axes):
+        shape = ctx.shape(n + j)
+        if shape is not None:
+            in_axes[j] = normalize_axis(ctx, ax, len(shape), "scan_input_axes")
+    for j, ax in enumerate(out_axes):
+        vi = body.outputs[n + j]
+        if vi.rank is not None:
+            out_axes[j] = normalize_axis(ctx, ax, vi.rank + 1, "scan_output_axes")
+    lay.update(in_dirs=_directions(ctx, "scan_input_directions", m), in_axes=in_axes,
+               out_dirs=_directions(ctx, "scan_output_directions", k), out_axes=out_axes)
+    return lay
+
+
+def _scan_length(ctx: InferContext, lay: dict):
+    """The common sequence length of the scan inputs (a dim), checked where concrete."""
+    first, n = lay["first"], lay["n"]
+    length = None
+    for j in range(lay["m"]):
+        shape = ctx.shape(first + n + j)
+        if shape is None:
+            continue
+        ax = lay["in_axes"][j] + (1 if lay["v8"] else 0)
+        if len(shape) <= ax:
+            ctx.fail(f"scan input {j} has rank {len(shape)}, expected at least {ax + 1}", kind="InvalidRank")
+        d = shape[ax]
+        if length is None:
+            length = d
+        elif isinstance(d, int) and isinstance(length, int) and d != length:
+            ctx.fail(f"scan inputs have different sequence lengths {length} and {d}",
+                     kind="SequenceLengthMismatch")
+    return length
+
+
+def _scan_shape(ctx: InferContext):
+    """Scan: final states (shapes of the initial states), then scan outputs stacked on their axes.
+
+    Scan-8 keeps a leading batch axis on every input and output. Source: ONNX operator
+    spec, Scan-8/9/11/16/19/21/23/24/25.
+    """
+    lay = _scan_layout(ctx)
+    if lay["v8"] and ctx.has_input(0) and ctx.shape(0) is not None and len(ctx.shape(0)) != 1:
+        ctx.fail(f"sequence_lens must be 1-D, got rank {len(ctx.shape(0))}", kind="InvalidRank")
+    length = _scan_length(ctx, lay)
+    length = ctx.new_dim() if length is None else length
+    first, n, body = lay["first"], lay["n"], lay["body"]
+    out = [ctx.shape(first + j) for j in range(n)]
+    batch = ()
+    if lay["v8"]:
+        st = next((ctx.shape(first + j) for j in range(n + lay["m"]) if ctx.shape(first + j)), None)
+        batch = (st[0] if st else ctx.new_dim(),)
+    for j in range(lay["k"]):
+        per = _declared_shape(ctx, body.outputs[n + j])
+        if per is None:
+            out.append(None)
+            continue
+        ax = lay["out_axes"][j]
+        out.append(batch + per[:ax] + (length,) + per[ax:])
+    return out
+
+
+def _scan_dtype(ctx: InferContext):
+    lay = _scan_layout(ctx)
+    first, n, body = lay["first"], lay["n"], lay["body"]
+    return [ctx.dtype(first + j) for j in range(n)] + [_declared_dtype(body.outputs[n + j]) for j in range(lay["k"])]
+
+
+lib.op("Scan", SCAN8_VERSIONS + SCAN_VERSIONS, infer_dtype=_scan_dtype, data_dependent=True)(_scan_shape)
+
+
+def _scan_prepare(ctx: InferContext):
+    lay = _scan_layout(ctx)
+    lay["runner"] = _runner(lay["body"], _opsets(ctx))
+    lay["node"] = ctx.node
+    return lay
+
+
+def _slice_at(a: np.ndarray, axis: int, i: int) -> np.ndarray:
+    return a[(slice(None),) * axis + (i,)]
+
+
+def _scan_run(lay: dict, states: list, scans: list, length: int, outer: dict) -> list:
+    """One Scan-9 style pass: ``length`` body runs; returns final states + stacked scan outputs."""
+    runner, n, k = lay["runner"], lay["n"], lay["k"]
+    in_axes, in_dirs = lay["in_axes"], lay["in_dirs"]
+    parts: list = [[] for _ in range(k)]
+    for t in range(length):
+        slices = [_slice_at(x, ax, length - 1 - t if d else t) for x, ax, d in zip(scans, in_axes, in_dirs)]
+        res = runner.run_list(states + slices, outer)
+        states = res[:n]
+        for j in range(k):
+            parts[j].append(res[n + j])
+    if length == 0:
+        states = [_owned(s) for s in states]
+        slices = [np.zeros(x.shape[:ax] + x.shape[ax + 1:], x.dtype) for x, ax in zip(scans, in_axes)]
+        feeds = dict(zip((v.name for v in runner.graph.inputs), states + slices))
+        feeds.update(outer)
+        resolved = _resolved_outputs(runner, feeds)
+        outs = runner.graph.outputs
+        stacked = []
+        for j in range(k):
+            e = _empty_stack(outs[n + j], resolved[n + j], (0,))
+            stacked.append(np.moveaxis(e, 0, lay["out_axes"][j]).copy())
+        return states + stacked
+    stacked = []
+    for j in range(k):
+        p = parts[j][::-1] if lay["out_dirs"][j] else parts[j]
+        stacked.append(_stack(p, lay["out_axes"][j], lay["node"], f"scan output {j}"))
+    return states + stacked
+
+
+def _scan_length_of(lay: dict, scans: list) -> int:
+    lengths = {x.shape[ax] for x, ax in zip(scans, lay["in_axes"])}
+    if len(lengths) != 1:
+        node = lay["node"]
+        raise ExecutionError(f"Scan node '{node.name}': scan inputs have different sequence lengths "
+                             f"{sorted(lengths)}")
+    return lengths.pop()
+
+
+@lib.kernel("Scan", prepare=_scan_prepare)
+def _scan(inputs, outputs, lay):
+    """Scan: run the body once per slice of the scan inputs, carrying the states.
+
+    Outputs: final states, then per-iteration outputs stacked along ``scan_output_axes``
+    (reversed where ``scan_output_directions`` is 1). Scan-8: per batch entry, each
+    sequence cut to ``sequence_lens`` and its scan outputs zero-padded.
+    Source: ONNX operator spec, Scan-8 and Scan-21.
+    """
+    runner, first, n, m = lay["runner"], lay["first"], lay["n"], lay["m"]
+    outer = _outer_values((runner,), lay["node"], inputs)
+    states = list(inputs[first:first + n])
+    scans = list(inputs[first + n:first + n + m])
+    if not lay["v8"]:
+        return _scan_run(lay, states, scans, _scan_length_of(lay, scans), outer)
+    return _scan8(lay, inputs[0], states, scans, outer)
+
+
+def _scan8(lay: dict, seq_lens, states: list, scans: list, outer: dict) -> list:
+    """Scan-8: the Scan-9 pass per batch entry, outputs zero-padded to the longest sequence."""
+    n = lay["n"]
+    batch = (states + scans)[0].shape[0]
+    max_len = scans[0].shape[1]
+    lens = np.full(batch, max_len, np.int64) if seq_lens is None else np.asarray(seq_lens).reshape(-1)
+    if lens.shape[0] != batch or np.any(lens < 0) or np.any(lens > max_len):
+        raise ExecutionError(f"Scan node '{lay['node'].name}': sequence_lens {lens.tolist()} must hold "
+                             f"{batch} lengths in [0, {max_len}]")
+    per_batch = []
+    for b in range(batch):
+        length = int(lens[b])
+        res = _scan_run(lay, [s[b] for s in states], [x[b, :length] for x in scans], length, outer)
+        for j in range(lay["k"]):
+            y = res[n + j]
+            pad = np.zeros((max_len - length,) + y.shape[1:], y.dtype)
+            res[n + j] = np.concatenate([y, pad], axis=0)
+        per_batch.append(res)
+    return [np.stack([r[i] for r in per_batch], axis=0) for i in range(n + lay["k"])]

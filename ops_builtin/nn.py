@@ -1,0 +1,1039 @@
+"""Neural-network operators: convolutions, pooling and normalisations.
+
+Convolutions and pools share one geometry: for each spatial axis the kernel, stride,
+dilation and the (begin, end) padding resolved from ``pads`` / ``auto_pad``, and for each
+kernel *tap* (one position inside the window) the pair of slices that relates output
+positions to the input positions that tap reads (``in = out * stride + tap * dilation -
+pad_begin``). Kernels loop over taps (a few dozen at most), never over pixels:
+
+* Conv: im2col (one strided copy per tap) into ``(N, C, K, *out)``, then one batched
+  matmul ``(G, M/G, C/G*K) @ (N, G, C/G*K, OUT)`` writing the output directly.
+* ConvTranspose: one matmul to ``(N, M, K, *in)`` columns, then col2im as one strided
+  slice-add per tap.
+* Max/Average/Lp pools: one strided ``maximum``/``add`` per tap; average divides by a
+  per-position count precomputed in ``prepare``.
+
+float16/bfloat16 are computed in float32 and cast back; float64 stays float64.
+Source: ONNX operator spec (Operators.md), sections named in each docstring.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from dynashape.dtypes import np_dtype
+from dynashape.records import OpLibrary, same_dtype
+from dynashape.shapes import is_known, normalize_axis, numel, pool_output_dim
+
+lib = OpLibrary()
+
+_AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+_F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
+
+
+# ----------------------------------------------------------------------------------------
+# shared helpers
+# ----------------------------------------------------------------------------------------
+
+def _compute_dtype(dtype) -> np.dtype:
+    """float64 stays float64; every other float (float32, float16, bfloat16...) computes in float32."""
+    return _F64 if np.dtype(dtype) == _F64 else _F32
+
+
+def _as(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    return x if x.dtype == dtype else x.astype(dtype)
+
+
+def _store(out: np.ndarray, value: np.ndarray) -> None:
+    """Copy ``value`` into the output buffer (casting float32 results back to half types)."""
+    if value is not out:
+        np.copyto(out, value, casting="unsafe")
+
+
+def _check_float(ctx, i: int = 0) -> None:
+    dt = ctx.dtype(i)
+    if dt is not None and not (dt.kind == "f" or (dt.kind == "V" and "float" in dt.name)):
+        ctx.fail(f"input {i} has dtype {dt}, expected a floating-point tensor", kind="InvalidDtype")
+
+
+def _check_rank_at_least(ctx, i: int, rank: int, what: str):
+    shape = ctx.shape(i)
+    if shape is None:
+        return None
+    if len(shape) < rank:
+        ctx.fail(f"{what} must have rank >= {rank} (N, C, spatial...), got rank {len(shape)}",
+                 kind="InvalidRank")
+    return shape
+
+
+def _int_list(ctx, name: str, n: int, default: int, minimum: Optional[int]) -> list:
+    """A per-spatial-axis int attribute (strides, dilations...) of length ``n``."""
+    value = ctx.attr(name)
+    if value is None:
+        return [default] * n
+    value = [int(v) for v in value]
+    if len(value) != n:
+        ctx.fail(f"attribute '{name}' has {len(value)} values, expected {n} (one per spatial axis)",
+                 kind="InvalidAttribute")
+    if minimum is not None and any(v < minimum for v in value):
+        ctx.fail(f"attribute '{name}' = {value} must be >= {minimum}", kind="InvalidAttribute")
+    return value
+
+
+def _auto_pad(ctx) -> str:
+    auto_pad = ctx.attr("auto_pad", "NOTSET")
+    if auto_pad not in _AUTO_PADS:
+        ctx.fail(f"auto_pad '{auto_pad}' is not one of {', '.join(_AUTO_PADS)}", kind="InvalidAttribute")
+    return auto_pad
+
+
+@dataclass(frozen=True)
+class _Geometry:
+    """Window geometry along the spatial axes; ``pads_begin`` is None while unknown (symbolic SAME)."""
+
+    kernel: tuple
+    strides: tuple
+    dilations: tuple
+    pads_begin: Optional[tuple]
+    pads_end: Optional[tuple]
+    out: tuple
+
+
+def _window_geometry(ctx, in_spatial, kernel, *, ceil_mode: bool = False,
+                     dilations_allowed: bool = True) -> _Geometry:
+    """Resolve strides/dilations/pads/auto_pad of a Conv or pool into output spatial dims.
+
+    SAME_UPPER/SAME_LOWER give ``ceil(in / stride)`` (pads need concrete input dims); VALID
+    uses no padding; NOTSET reads ``pads`` ([x1_begin, x2_begin, ..., x1_end, x2_end, ...]).
+    """
+    n = len(in_spatial)
+    kernel = [int(k) for k in kernel]
+    if any(k < 1 for k in kernel):
+        ctx.fail(f"kernel_shape {kernel} must be positive", kind="InvalidAttribute")
+    strides = _int_list(ctx, "strides", n, 1, 1)
+    dilations = _int_list(ctx, "dilations", n, 1, 1) if dilations_allowed else [1] * n
+    auto_pad = _auto_pad(ctx)
+    effective = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        out = [(d + s - 1) // s for d, s in zip(in_spatial, strides)]
+        begin = end = None
+        if all(is_known(d) for d in in_spatial):
+            begin, end = [], []
+            for d, s, o, e in zip(in_spatial, strides, out, effective):
+                total = max(0, (o - 1) * s + e - d)
+                small = total // 2
+                begin.append(small if auto_pad == "SAME_UPPER" else total - small)
+                end.append(total - begin[-1])
+            begin, end = tuple(begin), tuple(end)
+        return _Geometry(tuple(kernel), tuple(strides), tuple(dilations), begin, end, tuple(out))
+    if auto_pad == "VALID":
+        pads = [0] * (2 * n)
+    else:
+        pads = _int_list(ctx, "pads", 2 * n, 0, 0)
+    begin, end = tuple(pads[:n]), tuple(pads[n:])
+    out = []
+    for d, k, s, b, e, dil in zip(in_spatial, kernel, strides, begin, end, dilations):
+        o = pool_output_dim(d, k, s, b, e, dil, ceil_mode)
+        if is_known(o) and o < 1 and not (is_known(d) and d == 0):
+            ctx.fail(f"spatial dim {d} with pads ({b}, {e}) is smaller than the kernel extent "
+                     f"{(k - 1) * dil + 1}", kind="InvalidShape")
+        out.append(o)
+    return _Geometry(tuple(kernel), tuple(strides), tuple(dilations), begin, end, tuple(out))
+
+
+def _axis_taps(a_size: int, b_size: int, k: int, s: int, d: int, pad: int) -> list:
+    """Per tap ``t < k``: (a_slice, b_slice) with ``b = a*s + t*d - pad`` in range, or None."""
+    taps = []
+    for t in range(k):
+        off = t * d - pad
+        lo = max(0, -(off // s))
+        hi = min(a_size, (b_size - 1 - off) // s + 1)
+        if hi <= lo:
+            taps.append(None)
+            continue
+        start = lo * s + off
+        full = lo == 0 and hi == a_size
+        taps.append((slice(lo, hi), slice(start, start + (hi - lo - 1) * s + 1, s), full))
+    return taps
+
+
+def _taps(a_shape, b_shape, geom: _Geometry) -> tuple[list, bool]:
+    """All non-empty N-D taps as (flat tap index, a index tuple, b index tuple); and whether
+    every tap covers all of ``a`` (no padding region anywhere).
+
+    Index tuples start with two full slices for the (N, C) axes.
+    """
+    per_axis = [_axis_taps(a, b, k, s, d, p) for a, b, k, s, d, p in
+                zip(a_shape, b_shape, geom.kernel, geom.strides, geom.dilations, geom.pads_begin)]
+    out, all_full = [], True
+    lead = (slice(None), slice(None))
+    for flat, combo in enumerate(itertools.product(*per_axis)):
+        if any(c is None for c in combo):
+            all_full = False
+            continue
+        all_full = all_full and all(c[2] for c in combo)
+        out.append((flat, lead + tuple(c[0] for c in combo), lead + tuple(c[1] for c in combo)))
+    return out, all_full
+
+
+def _spatial_kernel(ctx, x_shape, w_shape=None, *, required: bool) -> list:
+    """kernel_shape attribute (checked against the weight's spatial dims) or the weight's dims."""
+    n = len(x_shape) - 2
+    kernel = ctx.attr("kernel_shape")
+    if kernel is None:
+        if required or w_shape is None:
+            ctx.fail("attribute 'kernel_shape' is required", kind="MissingAttribute")
+        if not all(is_known(k) for k in w_shape[2:]):
+            ctx.fail("kernel_shape is not given and the weight's spatial dims are not known",
+                     kind="UnknownKernelShape")
+        return list(w_shape[2:])
+    kernel = [int(k) for k in kernel]
+    if len(kernel) != n:
+        ctx.fail(f"kernel_shape {kernel} has {len(kernel)} values, expected {n} (input rank {n + 2})",
+                 kind="InvalidAttribute")
+    if w_shape is not None:
+        for k, wk in zip(kernel, w_shape[2:]):
+            if is_known(wk) and k != wk:
+                ctx.fail(f"kernel_shape {kernel} does not match the weight's spatial dims "
+                         f"{list(w_shape[2:])}", kind="KernelShapeMismatch")
+    return kernel
+
+
+# ----------------------------------------------------------------------------------------
+# Conv
+# ----------------------------------------------------------------------------------------
+
+def _conv_check(ctx):
+    x = _check_rank_at_least(ctx, 0, 3, "input X")
+    w = ctx.shape(1)
+    _check_float(ctx, 0)
+    if x is None or w is None:
+        return None
+    if len(w) != len(x):
+        ctx.fail(f"weight W must have the rank of X ({len(x)}), got rank {len(w)}", kind="InvalidRank")
+    group = int(ctx.attr("group", 1))
+    if group < 1:
+        ctx.fail(f"group {group} must be >= 1", kind="InvalidAttribute")
+    return x, w, group
+
+
+@lib.op("Conv", since_version=(1, 11, 22), infer_dtype=same_dtype(0))
+def _conv_shape(ctx):
+    """Conv: Y (N, M, *out) from X (N, C, *in), W (M, C/group, *k), optional B (M,).
+
+    Raises ShapeInferenceError for mismatched ranks/channels/bias, bad attributes.
+    Source: ONNX operator spec, Conv-1/11/22.
+    """
+    checked = _conv_check(ctx)
+    if checked is None:
+        return [None]
+    x, w, group = checked
+    c, m = x[1], w[0]
+    if is_known(c) and is_known(w[1]) and c != w[1] * group:
+        ctx.fail(f"input channels {c} must equal W.shape[1] * group = {w[1]} * {group}",
+                 kind="ChannelMismatch")
+    if is_known(m) and m % group != 0:
+        ctx.fail(f"output channels {m} must be divisible by group {group}", kind="ChannelMismatch")
+    if ctx.has_input(2):
+        b = ctx.shape(2)
+        if b is not None and (len(b) != 1 or (is_known(b[0]) and is_known(m) and b[0] != m)):
+            ctx.fail(f"bias B must have shape ({m},), got {tuple(b)}", kind="BiasShapeMismatch")
+    kernel = _spatial_kernel(ctx, x, w, required=False)
+    geom = _window_geometry(ctx, x[2:], kernel)
+    return [(x[0], m) + geom.out]
+
+
+#: im2col buffers above this many bytes are built a band of output rows at a time, so they
+#: stay cache-sized and are recycled by the allocator instead of page-faulted in every call.
+_COLS_BYTES = 16 << 20
+
+
+@dataclass(frozen=True)
+class _ConvBand:
+    """im2col work for output rows ``rows`` (None: all rows) along the first spatial axis."""
+
+    rows: Optional[slice]
+    taps: tuple          # (cols index, X index) per tap
+    cols_shape: tuple    # (N, C, K, rows, *out[1:])
+    zero_fill: bool      # some tap misses part of the band (padding): cols start zeroed
+    mat_shape: tuple     # (N, G, C/G*K, band size)
+    res_shape: tuple     # (N, G, M/G, band size)
+
+
+@dataclass(frozen=True)
+class _ConvPlan:
+    mode: str            # "pointwise" (X is its own im2col), "depthwise" or "im2col"
+    cdtype: np.dtype
+    w_shape: tuple       # (G, M/G, C/G*K); for depthwise (K, 1, C, 1...)
+    bands: tuple         # _ConvBand per band; for pointwise/depthwise one band
+    bias_shape: tuple
+    out_shape: tuple
+
+
+def _conv_bands(x, out, geom: _Geometry, group: int, m: int, k: int, itemsize: int) -> tuple:
+    n, c = x[0], x[1]
+    rest = int(np.prod(out[1:]))
+    row_bytes = n * c * k * rest * itemsize
+    rows_per_band = max(1, out[0] if row_bytes * out[0] <= _COLS_BYTES else _COLS_BYTES // max(row_bytes, 1))
+    bands = []
+    for r0 in range(0, max(out[0], 1), rows_per_band):
+        r1 = min(out[0], r0 + rows_per_band)
+        sub = _Geometry(geom.kernel, geom.strides, geom.dilations,
+                        (geom.pads_begin[0] - r0 * geom.strides[0],) + geom.pads_begin[1:], None,
+                        (r1 - r0,) + tuple(out[1:]))
+        taps, all_full = _taps(sub.out, x[2:], sub)
+        size = (r1 - r0) * rest
+        bands.append(_ConvBand(
+            rows=None if rows_per_band >= out[0] else slice(r0, r1),
+            taps=tuple(((slice(None), slice(None), t) + a[2:], b) for t, a, b in taps),
+            cols_shape=(n, c, k) + sub.out, zero_fill=not all_full,
+            mat_shape=(n, group, (c // group) * k, size), res_shape=(n, group, m // group, size)))
+    return tuple(bands)
+
+
+def _conv_prepare(ctx) -> _ConvPlan:
+    x, w = ctx.shape(0), ctx.shape(1)
+    group = int(ctx.attr("group", 1))
+    kernel = _spatial_kernel(ctx, x, w, required=False)
+    geom = _window_geometry(ctx, x[2:], kernel)
+    out = tuple(geom.out)
+    n, c, m = x[0], x[1], w[0]
+    k = int(np.prod(kernel))
+    cdtype = _compute_dtype(ctx.dtype(0))
+    bias_shape = (m,) + (1,) * len(out)
+    out_shape = (n, m) + out
+    pointwise = k == 1 and all(s == 1 for s in geom.strides) and not any(geom.pads_begin) \
+        and not any(geom.pads_end) and out == tuple(x[2:])
+    if pointwise:
+        size = int(np.prod(out))
+        band = _ConvBand(None, (), (), False, (n, group, c // group, size), (n, group, m // group, size))
+        return _ConvPlan("pointwise", cdtype, (group, m // group, c // group), (band,), bias_shape, out_shape)
+    if group == c and m == c and c > 1:
+        taps, _ = _taps(out, x[2:], geom)
+        # the tap that covers the whole output (the centre one, usually) goes first: it initialises
+        taps.sort(key=lambda tap: not all(s.start == 0 and s.stop == o for s, o in zip(tap[1][2:], out)))
+        band = _ConvBand(None, tuple(((t,) + a, b) for t, a, b in taps), (), True, (), ())
+        return _ConvPlan("depthwise", cdtype, (k, 1, c) + (1,) * len(out), (band,), bias_shape, out_shape)
+    bands = _conv_bands(x, out, geom, group, m, k, cdtype.itemsize)
+    return _ConvPlan("im2col", cdtype, (group, m // group, (c // group) * k), bands, bias_shape, out_shape)
+
+
+def _conv_depthwise(x, w, res, p: _ConvPlan):
+    """Depthwise conv as one multiply-add per kernel tap over the whole output."""
+    wt = np.ascontiguousarray(w.reshape(p.w_shape[2], p.w_shape[0]).T).reshape(p.w_shape)
+    taps = p.bands[0].taps
+    if not taps:
+        res.fill(0)
+        return
+    (t0, *dst0), src0 = taps[0]
+    dst0 = tuple(dst0)
+    if all(s.start == 0 and s.stop == o for s, o in zip(dst0[2:], res.shape[2:])):
+        np.multiply(x[src0], wt[t0], out=res)
+        taps = taps[1:]
+    else:
+        res.fill(0)
+    tmp = np.empty_like(res)
+    for (t, *dst), src in taps:
+        dst = tuple(dst)
+        part = tmp[dst]
+        np.multiply(x[src], wt[t], out=part)
+        view = res[dst]
+        np.add(view, part, out=view)
+
+
+def _conv_im2col(x, w, res, p: _ConvPlan):
+    wm = w.reshape(p.w_shape)
+    if len(p.bands) == 1:
+        band = p.bands[0]
+        cols = (np.zeros if band.zero_fill else np.empty)(band.cols_shape, p.cdtype)
+        for dst, src in band.taps:
+            cols[dst] = x[src]
+        np.matmul(wm, cols.reshape(band.mat_shape), out=res.reshape(band.res_shape))
+        return
+    first = p.bands[0]
+    cols_buf = np.empty(int(np.prod(first.cols_shape)), p.cdtype)
+    res_buf = np.empty(int(np.prod(first.res_shape)), p.cdtype)
+    for band in p.bands:
+        cols = cols_buf[:int(np.prod(band.cols_shape))].reshape(band.cols_shape)
+        if band.zero_fill:
+            cols.fill(0)
+        for dst, src in band.taps:
+            cols[dst] = x[src]
+        part = res_buf[:int(np.prod(band.res_shape))].reshape(band.res_shape)
+        np.matmul(wm, cols.reshape(band.mat_shape), out=part)
+        res[:, :, band.rows] = part.reshape(res.shape[:2] + band.cols_shape[3:])
+
+
+@lib.kernel("Conv", prepare=_conv_prepare)
+def _conv(inputs, outputs, p: _ConvPlan):
+    x = _as(inputs[0], p.cdtype)
+    w = _as(inputs[1], p.cdtype)
+    y = outputs[0]
+    res = y if y.dtype == p.cdtype else np.empty(p.out_shape, p.cdtype)
+    if p.mode == "pointwise":
+        band = p.bands[0]
+        np.matmul(w.reshape(p.w_shape), x.reshape(band.mat_shape), out=res.reshape(band.res_shape))
+    elif p.mode == "depthwise":
+        _conv_depthwise(x, w, res, p)
+    else:
+        _conv_im2col(x, w, res, p)
+    if len(inputs) > 2 and inputs[2] is not None:
+        np.add(res, _as(inputs[2], p.cdtype).reshape(p.bias_shape), out=res)
+    _store(y, res)
+
+
+# ----------------------------------------------------------------------------------------
+# ConvTranspose
+# ----------------------------------------------------------------------------------------
+
+def _conv_transpose_geometry(ctx, x, w):
+    """(kernel, strides, dilations, pads_begin or None, out dims) of ConvTranspose."""
+    n = len(x) - 2
+    kernel = _spatial_kernel(ctx, x, w, required=False)
+    strides = _int_list(ctx, "strides", n, 1, 1)
+    dilations = _int_list(ctx, "dilations", n, 1, 1)
+    out_pad = _int_list(ctx, "output_padding", n, 0, 0)
+    for op, s, d in zip(out_pad, strides, dilations):
+        if op >= s and op >= d:
+            ctx.fail(f"output_padding {out_pad} must be smaller than strides {strides} or dilations "
+                     f"{dilations}", kind="InvalidAttribute")
+    auto_pad = _auto_pad(ctx)
+    effective = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+    full = [s * (i - 1) + op + e for i, s, op, e in zip(x[2:], strides, out_pad, effective)]
+    output_shape = ctx.attr("output_shape")
+    if output_shape is not None:
+        output_shape = [int(v) for v in output_shape]
+        if len(output_shape) == n + 2:
+            output_shape = output_shape[2:]
+        if len(output_shape) != n:
+            ctx.fail(f"output_shape {output_shape} must have {n} values (one per spatial axis)",
+                     kind="InvalidAttribute")
+    if output_shape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        out = output_shape if output_shape is not None else [i * s for i, s in zip(x[2:], strides)]
+        begin = None
+        if all(is_known(f) for f in full):
+            # spec: total_padding = full - out; SAME_UPPER puts the odd pixel at the end
+            totals = [f - o for f, o in zip(full, out)]
+            upper = auto_pad == "SAME_UPPER"
+            begin = tuple(t // 2 if upper else t - t // 2 for t in totals)
+        return kernel, strides, dilations, begin, tuple(out)
+    pads = [0] * (2 * n) if auto_pad == "VALID" else _int_list(ctx, "pads", 2 * n, 0, 0)
+    out = tuple(f - b - e for f, b, e in zip(full, pads[:n], pads[n:]))
+    return kernel, strides, dilations, tuple(pads[:n]), out
+
+
+@lib.op("ConvTranspose", since_version=(1, 11, 22), infer_dtype=same_dtype(0))
+def _conv_transpose_shape(ctx):
+    """ConvTranspose: Y (N, W.shape[1]*group, *out) from X (N, C, *in), W (C, M/group, *k), B (M,).
+
+    out = stride*(in-1) + output_padding + (k-1)*dilation + 1 - pads, or ``output_shape``, or
+    in*stride for SAME auto_pad. Raises ShapeInferenceError for mismatched ranks/channels.
+    Source: ONNX operator spec, ConvTranspose-1/11/22.
+    """
+    checked = _conv_check(ctx)
+    if checked is None:
+        return [None]
+    x, w, group = checked
+    if is_known(x[1]) and is_known(w[0]) and x[1] != w[0]:
+        ctx.fail(f"input channels {x[1]} must equal W.shape[0] = {w[0]}", kind="ChannelMismatch")
+    if is_known(x[1]) and x[1] % group != 0:
+        ctx.fail(f"input channels {x[1]} must be divisible by group {group}", kind="ChannelMismatch")
+    m = w[1] * group
+    if ctx.has_input(2):
+        b = ctx.shape(2)
+        if b is not None and (len(b) != 1 or (is_known(b[0]) and is_known(m) and b[0] != m)):
+            ctx.fail(f"bias B must have shape ({m},), got {tuple(b)}", kind="BiasShapeMismatch")
+    out = _conv_transpose_geometry(ctx, x, w)[4]
+    if any(is_known(o) and o < 0 for o in out):
+        ctx.fail(f"output spatial shape {list(out)} is negative", kind="InvalidShape")
+    return [(x[0], m) + tuple(out)]
+
+
+@dataclass(frozen=True)
+class _ConvTPlan:
+    cdtype: np.dtype
+    w_shape: tuple       # (G, C/G, M/G*K)
+    x_shape: tuple       # (N, G, C/G, IN)
+    cols_shape: tuple    # (N, M, K, *in)
+    taps: tuple          # (output index, cols index)
+    bias_shape: tuple
+    tiling: bool         # every output element gets exactly one tap: assign, no zero fill
+
+
+def _conv_transpose_prepare(ctx) -> _ConvTPlan:
+    x, w = ctx.shape(0), ctx.shape(1)
+    group = int(ctx.attr("group", 1))
+    kernel, strides, dilations, begin, out = _conv_transpose_geometry(ctx, x, w)
+    geom = _Geometry(tuple(kernel), tuple(strides), tuple(dilations), begin, None, tuple(out))
+    taps, _ = _taps(x[2:], out, geom)
+    k = int(np.prod(kernel))
+    tiling = True
+    for size_in, size_out, kk, s, d, pb in zip(x[2:], out, kernel, strides, dilations, begin):
+        hits = np.zeros(size_out, np.int64)
+        for tap in _axis_taps(size_in, size_out, kk, s, d, pb):
+            if tap is not None:
+                hits[tap[1]] += 1
+        tiling = tiling and bool((hits == 1).all())
+    n, c = x[0], x[1]
+    mg = w[1]
+    return _ConvTPlan(
+        cdtype=_compute_dtype(ctx.dtype(0)), w_shape=(group, c // group, mg * k),
+        x_shape=(n, group, c // group, int(np.prod(x[2:]))), cols_shape=(n, mg * group, k) + tuple(x[2:]),
+        taps=tuple((b, (slice(None), slice(None), t) + a[2:]) for t, a, b in taps),
+        bias_shape=(mg * group,) + (1,) * len(out), tiling=tiling)
+
+
+@lib.kernel("ConvTranspose", prepare=_conv_transpose_prepare)
+def _conv_transpose(inputs, outputs, p: _ConvTPlan):
+    x = _as(inputs[0], p.cdtype)
+    w = _as(inputs[1], p.cdtype)
+    cols = np.matmul(w.reshape(p.w_shape).transpose(0, 2, 1), x.reshape(p.x_shape))
+    cols = cols.reshape(p.cols_shape)
+    y = outputs[0]
+    res = y if y.dtype == p.cdtype else np.empty(y.shape, p.cdtype)
+    if p.tiling:
+        for dst, src in p.taps:
+            res[dst] = cols[src]
+    else:
+        res.fill(0)
+        for dst, src in p.taps:
+            view = res[dst]
+            np.add(view, cols[src], out=view)
+    if len(inputs) > 2 and inputs[2] is not None:
+        np.add(res, _as(inputs[2], p.cdtype).reshape(p.bias_shape), out=res)
+    _store(y, res)
+
+
+# ----------------------------------------------------------------------------------------
+# pools
+# ----------------------------------------------------------------------------------------
+
+def _pool_geometry(ctx, x, *, dilations_since: Optional[int]) -> _Geometry:
+    kernel = _spatial_kernel(ctx, x, required=True)
+    ceil_mode = bool(ctx.attr("ceil_mode", 0)) if ctx.opset >= 10 else False
+    dil_ok = dilations_since is not None and ctx.opset >= dilations_since
+    if not dil_ok and ctx.attr("dilations") is not None and any(d != 1 for d in ctx.attr("dilations")):
+        ctx.fail(f"attribute 'dilations' is not defined for {ctx.node.op_type}-{ctx.opset}",
+                 kind="InvalidAttribute")
+    return _window_geometry(ctx, x[2:], kernel, ceil_mode=ceil_mode, dilations_allowed=dil_ok)
+
+
+def _pool_shape_fn(dilations_since: Optional[int], float_only: bool = True):
+    def infer(ctx):
+        x = _check_rank_at_least(ctx, 0, 3, "input X")
+        if float_only:
+            _check_float(ctx, 0)
+        if x is None:
+            return [None] * max(1, ctx.num_outputs)
+        geom = _pool_geometry(ctx, x, dilations_since=dilations_since)
+        return [tuple(x[:2]) + geom.out] * max(1, ctx.num_outputs)
+    return infer
+
+
+def _max_pool_dtype(ctx):
+    return [ctx.dtype(0), np.dtype(np.int64)][:max(1, ctx.num_outputs)]
+
+
+def _max_pool_shape(ctx):
+    """MaxPool: Y (N, C, *out) and optional Indices (int64, flat index into X).
+
+    Raises ShapeInferenceError for a missing kernel_shape, bad pads/strides/dilations,
+    Indices or storage_order before opset 8, non float/int8/uint8 input.
+    Source: ONNX operator spec, MaxPool-1/8/10/11/12/22.
+    """
+    dt = ctx.dtype(0)
+    if dt is not None and np.dtype(dt).kind in "iu" and ctx.opset >= 12:
+        if np.dtype(dt).itemsize != 1:
+            ctx.fail(f"integer input dtype {dt} is not allowed (expected int8/uint8/float)", kind="InvalidDtype")
+        shapes = _pool_shape_fn(10, float_only=False)(ctx)
+    else:
+        shapes = _pool_shape_fn(10)(ctx)
+    if ctx.num_outputs > 1 and ctx.opset < 8:
+        ctx.fail("output Indices is only defined from MaxPool-8", kind="InvalidOutputs")
+    return shapes
+
+
+lib.op("MaxPool", since_version=(1, 8, 10, 11, 12, 22), infer_dtype=_max_pool_dtype)(_max_pool_shape)
+
+
+@dataclass(frozen=True)
+class _PoolPlan:
+    cdtype: np.dtype
+    first: Optional[tuple]   # a tap covering the whole output: copied instead of reduced
+    taps: tuple              # (output index, input index)
+    divisor: Optional[np.ndarray]
+    p: float
+    index: Optional[tuple]   # MaxPool Indices: (N*C offsets, per-tap spatial flat indices)
+
+
+def _pool_plan(ctx, *, dilations_since: Optional[int], cdtype, divisor=False, with_index=False,
+               p: float = 1.0) -> _PoolPlan:
+    x = ctx.shape(0)
+    geom = _pool_geometry(ctx, x, dilations_since=dilations_since)
+    taps, _ = _taps(geom.out, x[2:], geom)
+    first = None
+    for i, (_, a, b) in enumerate(taps):
+        if all(s == slice(None) or (s.start == 0 and s.stop == o) for s, o in zip(a[2:], geom.out)):
+            first = (a, b)
+            taps = taps[:i] + taps[i + 1:]
+            break
+    div = _avg_divisor(ctx, x[2:], geom) if divisor else None
+    index = None
+    if with_index:
+        first = None
+        taps = [(0, a, b) for _, a, b in _taps(geom.out, x[2:], geom)[0]]
+        index = _max_index_plan(ctx, x, taps)
+    return _PoolPlan(cdtype=cdtype, first=first, taps=tuple((a, b) for _, a, b in taps),
+                     divisor=div, p=p, index=index)
+
+
+def _avg_divisor(ctx, in_spatial, geom: _Geometry) -> np.ndarray:
+    """Number of summed elements per output position (pads counted with count_include_pad)."""
+    include_pad = bool(ctx.attr("count_include_pad", 0))
+    counts = []
+    for d, o, k, s, dil, pb, pe in zip(in_spatial, geom.out, geom.kernel, geom.strides, geom.dilations,
+                                       geom.pads_begin, geom.pads_end):
+        pos = np.arange(o)[:, None] * s - pb + np.arange(k)[None, :] * dil
+        lo, hi = (-pb, d + pe) if include_pad else (0, d)
+        counts.append(((pos >= lo) & (pos < hi)).sum(axis=1))
+    div = counts[0].astype(np.float64)
+    for cnt in counts[1:]:
+        div = np.multiply.outer(div, cnt)
+    return np.maximum(div, 1).astype(_compute_dtype(ctx.dtype(0)))
+
+
+def _max_index_plan(ctx, x, taps):
+    """Flat-index pieces for MaxPool's Indices: (N*C offset column, spatial index per tap)."""
+    spatial = x[2:]
+    if int(ctx.attr("storage_order", 0)) == 1:   # column-major over the spatial axes
+        strides = np.cumprod((1,) + tuple(spatial[:-1]))
+    else:
+        strides = np.cumprod((1,) + tuple(spatial[::-1][:-1]))[::-1]
+    plane = int(np.prod(spatial))
+    offsets = (np.arange(x[0] * x[1], dtype=np.int64) * plane).reshape((x[0], x[1]) + (1,) * len(spatial))
+    per_tap = []
+    for _, _, b in taps:
+        idx = np.zeros((1, 1) + (1,) * len(spatial), np.int64)
+        for axis, (sl, st) in enumerate(zip(b[2:], strides)):
+            shape = [1] * (2 + len(spatial))
+            shape[2 + axis] = -1
+            idx = idx + (np.arange(sl.start, sl.stop, sl.step, dtype=np.int64) * st).reshape(shape)
+        per_tap.append(idx)
+    return offsets, tuple(per_tap)
+
+
+def _max_pool_prepare(ctx) -> _PoolPlan:
+    dt = np.dtype(ctx.dtype(0))
+    cdtype = dt if dt.kind in "iu" or dt in (_F32, _F64) else _F32
+    return _pool_plan(ctx, dilations_since=10, cdtype=cdtype, with_index=ctx.num_outputs > 1
+                      and bool(ctx.node.outputs[1]))
+
+
+def _lowest(dtype: np.dtype):
+    return np.iinfo(dtype).min if dtype.kind in "iu" else -np.inf
+
+
+@lib.kernel("MaxPool", prepare=_max_pool_prepare)
+def _max_pool(inputs, outputs, p: _PoolPlan):
+    x = _as(inputs[0], p.cdtype)
+    y = outputs[0]
+    res = y if y.dtype == p.cdtype else np.empty(y.shape, p.cdtype)
+    if p.index is not None:
+        _max_pool_with_index(x, res, outputs[1], p)
+    else:
+        if p.first is not None:
+            np.copyto(res, x[p.first[1]])
+        else:
+            res.fill(_lowest(p.cdtype))
+        for dst, src in p.taps:
+            view = res[dst]
+            np.maximum(view, x[src], out=view)
+    _store(y, res)
+    if len(outputs) > 1 and outputs[1] is not None and p.index is None:
+        outputs[1].fill(0)
+
+
+def _max_pool_with_index(x, res, indices, p: _PoolPlan):
+    offsets, per_tap = p.index
+    res.fill(_lowest(p.cdtype))
+    indices.fill(-1)
+    for (dst, src), sp in zip(p.taps, per_tap):
+        view, cand = res[dst], x[src]
+        better = cand > view
+        np.copyto(view, cand, where=better)
+        np.copyto(indices[dst], offsets + sp, where=better)
+
+
+def _sum_pool(x, res, p: _PoolPlan):
+    if p.first is not None:
+        np.copyto(res, x[p.first[1]])
+    else:
+        res.fill(0)
+    for dst, src in p.taps:
+        view = res[dst]
+        np.add(view, x[src], out=view)
+
+
+@lib.op("AveragePool", since_version=(1, 7, 10, 11, 19, 22), infer_dtype=same_dtype(0))
+def _average_pool_shape(ctx):
+    """AveragePool: Y (N, C, *out), the mean over each window (count_include_pad, ceil_mode,
+    dilations from 19). Raises ShapeInferenceError for a missing kernel_shape or bad attributes.
+    Source: ONNX operator spec, AveragePool-1/7/10/11/19/22.
+    """
+    return _pool_shape_fn(19)(ctx)
+
+
+def _average_pool_prepare(ctx) -> _PoolPlan:
+    return _pool_plan(ctx, dilations_since=19, cdtype=_compute_dtype(ctx.dtype(0)), divisor=True)
+
+
+@lib.kernel("AveragePool", prepare=_average_pool_prepare)
+def _average_pool(inputs, outputs, p: _PoolPlan):
+    x = _as(inputs[0], p.cdtype)
+    y = outputs[0]
+    res = y if y.dtype == p.cdtype else np.empty(y.shape, p.cdtype)
+    _sum_pool(x, res, p)
+    np.divide(res, p.divisor, out=res)
+    _store(y, res)
+
+
+@lib.op("LpPool", since_version=(1, 2, 11, 18, 22), infer_dtype=same_dtype(0))
+def _lp_pool_shape(ctx):
+    """LpPool: Y (N, C, *out) = (sum over each window of |x|^p)^(1/p), pads counting as 0.
+
+    Raises ShapeInferenceError for a missing kernel_shape or bad attributes.
+    Source: ONNX operator spec, LpPool-1/2/11/18/22.
+    """
+    return _pool_shape_fn(18)(ctx)
+
+
+def _lp_pool_prepare(ctx) -> _PoolPlan:
+    return _pool_plan(ctx, dilations_since=18, cdtype=_compute_dtype(ctx.dtype(0)),
+                      p=float(ctx.attr("p", 2)))
+
+
+def _abs_pow(x, p: float):
+    return np.square(x) if p == 2.0 else np.abs(x) ** p
+
+
+def _root(res, p: float):
+    if p == 2.0:
+        np.sqrt(res, out=res)
+    elif p != 1.0:
+        np.power(res, 1.0 / p, out=res)
+
+
+@lib.kernel("LpPool", prepare=_lp_pool_prepare)
+def _lp_pool(inputs, outputs, p: _PoolPlan):
+    x = _abs_pow(_as(inputs[0], p.cdtype), p.p)
+    y = outputs[0]
+    res = y if y.dtype == p.cdtype else np.empty(y.shape, p.cdtype)
+    _sum_pool(x, res, p)
+    _root(res, p.p)
+    _store(y, res)
+
+
+# ----------------------------------------------------------------------------------------
+# global pools
+# ----------------------------------------------------------------------------------------
+
+def _global_pool_shape(ctx):
+    x = _check_rank_at_least(ctx, 0, 3, "input X")
+    _check_float(ctx, 0)
+    if x is None:
+        return [None]
+    return [tuple(x[:2]) + (1,) * (len(x) - 2)]
+
+
+def _global_prepare(ctx):
+    rank = len(ctx.shape(0))
+    return _compute_dtype(ctx.dtype(0)), tuple(range(2, rank)), float(ctx.attr("p", 2))
+
+
+def _global_reduce(inputs, outputs, prepared, reduce):
+    cdtype, axes, _ = prepared
+    y = outputs[0]
+    x = _as(inputs[0], cdtype)
+    if y.dtype == cdtype:
+        reduce(x, axis=axes, keepdims=True, out=y)
+    else:
+        _store(y, reduce(x, axis=axes, keepdims=True))
+
+
+@lib.op("GlobalAveragePool", since_version=(1, 22), infer_dtype=same_dtype(0))
+def _global_average_pool_shape(ctx):
+    """GlobalAveragePool: Y (N, C, 1, ...) = mean over all spatial axes of X (N, C, ...).
+
+    Source: ONNX operator spec, GlobalAveragePool-1/22.
+    """
+    return _global_pool_shape(ctx)
+
+
+@lib.kernel("GlobalAveragePool", prepare=_global_prepare)
+def _global_average_pool(inputs, outputs, prepared):
+    _global_reduce(inputs, outputs, prepared, np.mean)
+
+
+@lib.op("GlobalMaxPool", since_version=(1, 22), infer_dtype=same_dtype(0))
+def _global_max_pool_shape(ctx):
+    """GlobalMaxPool: Y (N, C, 1, ...) = max over all spatial axes of X (N, C, ...).
+
+    Source: ONNX operator spec, GlobalMaxPool-1/22.
+    """
+    return _global_pool_shape(ctx)
+
+
+@lib.kernel("GlobalMaxPool", prepare=_global_prepare)
+def _global_max_pool(inputs, outputs, prepared):
+    _global_reduce(inputs, outputs, prepared, np.max)
+
+
+@lib.op("GlobalLpPool", since_version=(1, 2, 22), infer_dtype=same_dtype(0))
+def _global_lp_pool_shape(ctx):
+    """GlobalLpPool: Y (N, C, 1, ...) = (sum over spatial axes of |x|^p)^(1/p).
+
+    Source: ONNX operator spec, GlobalLpPool-1/2/22.
+    """
+    return _global_pool_shape(ctx)
+
+
+@lib.kernel("GlobalLpPool", prepare=_global_prepare)
+def _global_lp_pool(inputs, outputs, prepared):
+    cdtype, axes, p = prepared
+    res = _abs_pow(_as(inputs[0], cdtype), p).sum(axis=axes, keepdims=True)
+    _root(res, p)
+    _store(outputs[0], res)
+
+
+# ----------------------------------------------------------------------------------------
+# normalisations
+# ----------------------------------------------------------------------------------------
+
+def _param_shape_check(ctx, i: int, expected, what: str) -> None:
+    shape = ctx.shape(i)
+    if shape is None or expected is None:
+        return
+    if len(shape) != len(expected) or any(is_known(a) and is_known(b) and a != b
+                                          for a, b in zip(shape, expected)):
+        ctx.fail(f"{what} must have shape {tuple(expected)}, got {tuple(shape)}", kind="ParamShapeMismatch")
+
+
+def _bn_training(ctx) -> bool:
+    if ctx.opset >= 14:
+        return bool(ctx.attr("training_mode", 0))
+    return ctx.num_outputs > 1 and any(ctx.node.outputs[1:])
+
+
+def _bn_dtypes(ctx):
+    stats = ctx.dtype(3) if ctx.dtype(3) is not None else ctx.dtype(0)
+    return [ctx.dtype(0)] + [stats] * (ctx.num_outputs - 1)
+
+
+@lib.op("BatchNormalization", since_version=(1, 6, 7, 9, 14, 15), infer_dtype=_bn_dtypes)
+def _batch_norm_shape(ctx):
+    """BatchNormalization: Y = (X - mean) / sqrt(var + epsilon) * scale + B per channel (axis 1).
+
+    X (N, C, ...); scale, B, mean, var (C,) (or X.shape[1:] with spatial=0 before opset 9).
+    Training mode (training_mode=1, or extra outputs before opset 14) normalises with the
+    batch statistics and returns updated running mean/var (C,).
+    Raises ShapeInferenceError for parameter shape mismatches or outputs the mode forbids.
+    Source: ONNX operator spec, BatchNormalization-1/6/7/9/14/15.
+    """
+    x = _check_rank_at_least(ctx, 0, 2, "input X")
+    _check_float(ctx, 0)
+    if x is None:
+        return [None] * ctx.num_outputs
+    spatial = ctx.opset < 9 and not int(ctx.attr("spatial", 1))
+    expected = tuple(x[1:]) if spatial else (x[1],)
+    for i, name in enumerate(("scale", "B", "mean", "var"), start=1):
+        if ctx.shape(i) is not None and not (spatial and len(ctx.shape(i)) == 1):
+            _param_shape_check(ctx, i, expected, name)
+    if ctx.opset >= 14 and ctx.num_outputs > 1 and any(ctx.node.outputs[1:]) and not _bn_training(ctx):
+        ctx.fail("outputs running_mean/running_var are only allowed with training_mode=1",
+                 kind="InvalidOutputs")
+    return [tuple(x)] + [expected] * (ctx.num_outputs - 1)
+
+
+def _bn_prepare(ctx):
+    x = ctx.shape(0)
+    cdtype = _compute_dtype(ctx.dtype(0))
+    param = ((x[1],) + (1,) * (len(x) - 2)) if len(x) > 2 else (x[1],)
+    if ctx.opset < 9 and not int(ctx.attr("spatial", 1)) and ctx.shape(1) is not None \
+            and numel(ctx.shape(1)) == numel(x[1:]):
+        param = tuple(x[1:])
+    axes = (0,) + tuple(range(2, len(x)))
+    return (cdtype, param, float(ctx.attr("epsilon", 1e-5)), float(ctx.attr("momentum", 0.9)),
+            _bn_training(ctx), axes)
+
+
+@lib.kernel("BatchNormalization", prepare=_bn_prepare)
+def _batch_norm(inputs, outputs, prepared):
+    cdtype, param, eps, momentum, training, axes = prepared
+    x = _as(inputs[0], cdtype)
+    scale, bias, mean, var = (_as(a, cdtype).reshape(param) for a in inputs[1:5])
+    if training:
+        batch_mean = x.mean(axis=axes)
+        batch_var = x.var(axis=axes)
+        a = scale / np.sqrt(batch_var.reshape(param) + eps)
+        b = bias - batch_mean.reshape(param) * a
+        stats = (mean.reshape(-1) * momentum + batch_mean * (1 - momentum),
+                 var.reshape(-1) * momentum + batch_var * (1 - momentum), batch_mean, batch_var)
+        for out, value in zip(outputs[1:], stats):
+            if out is not None:
+                _store(out, value.reshape(out.shape))
+    else:
+        a = scale / np.sqrt(var + eps)
+        b = bias - mean * a
+    y = outputs[0]
+    res = y if y.dtype == cdtype else np.empty(y.shape, cdtype)
+    np.multiply(x, a, out=res)
+    np.add(res, b, out=res)
+    _store(y, res)
+
+
+@lib.op("InstanceNormalization", since_version=(1, 6, 22), infer_dtype=same_dtype(0))
+def _instance_norm_shape(ctx):
+    """InstanceNormalization: y = scale * (x - mean) / sqrt(var + epsilon) + B, statistics per
+    (n, c) over the spatial axes. X (N, C, ...); scale, B (C,). Output shape = X's.
+    Source: ONNX operator spec, InstanceNormalization-1/6/22.
+    """
+    x = _check_rank_at_least(ctx, 0, 3, "input X")
+    _check_float(ctx, 0)
+    if x is None:
+        return [None]
+    _param_shape_check(ctx, 1, (x[1],), "scale")
+    _param_shape_check(ctx, 2, (x[1],), "B")
+    return [tuple(x)]
+
+
+def _normalize(x, axes, eps, cdtype):
+    """(x - mean) * inv_std over ``axes`` (keepdims), with mean and inv_std."""
+    mean = x.mean(axis=axes, keepdims=True, dtype=cdtype)
+    centered = x - mean
+    var = np.mean(np.square(centered), axis=axes, keepdims=True)
+    inv_std = 1.0 / np.sqrt(var + eps)
+    centered *= inv_std
+    return centered, mean, inv_std
+
+
+def _instance_prepare(ctx):
+    rank = len(ctx.shape(0))
+    return (_compute_dtype(ctx.dtype(0)), tuple(range(2, rank)), (-1,) + (1,) * (rank - 2),
+            float(ctx.attr("epsilon", 1e-5)))
+
+
+@lib.kernel("InstanceNormalization", prepare=_instance_prepare)
+def _instance_norm(inputs, outputs, prepared):
+    cdtype, axes, param, eps = prepared
+    y, _, _ = _normalize(_as(inputs[0], cdtype), axes, eps, cdtype)
+    y *= _as(inputs[1], cdtype).reshape(param)
+    y += _as(inputs[2], cdtype).reshape(param)
+    _store(outputs[0], y)
+
+
+def _layer_norm_dtypes(ctx):
+    stash = np_dtype(int(ctx.attr("stash_type", 1)))
+    return [ctx.dtype(0)] + [stash] * (ctx.num_outputs - 1)
+
+
+@lib.op("LayerNormalization", since_version=17, infer_dtype=_layer_norm_dtypes)
+def _layer_norm_shape(ctx):
+    """LayerNormalization: normalise X over axes [axis, rank), then * Scale + B (broadcast).
+
+    Outputs Y (X's shape), optional Mean and InvStdDev (X.shape[:axis] + [1]*(rank-axis),
+    dtype of stash_type). Raises ShapeInferenceError for an axis out of range or a Scale/B
+    not broadcastable to the normalised shape.
+    Source: ONNX operator spec, LayerNormalization-17.
+    """
+    x = ctx.shape(0)
+    _check_float(ctx, 0)
+    if x is None:
+        return [None] * ctx.num_outputs
+    if len(x) == 0:
+        ctx.fail("input X must have rank >= 1", kind="InvalidRank")
+    axis = normalize_axis(ctx, ctx.attr("axis", -1), len(x))
+    normalized = tuple(x[axis:])
+    for i, name in ((1, "Scale"), (2, "B")):
+        s = ctx.shape(i)
+        if s is None:
+            continue
+        if len(s) > len(normalized) or any(is_known(a) and is_known(b) and a != b and a != 1
+                                           for a, b in zip(s[::-1], normalized[::-1])):
+            ctx.fail(f"{name} shape {tuple(s)} is not broadcastable to the normalised shape "
+                     f"{normalized}", kind="ParamShapeMismatch")
+    stats = tuple(x[:axis]) + (1,) * len(normalized)
+    return [tuple(x)] + [stats] * (ctx.num_outputs - 1)
+
+
+def _layer_norm_prepare(ctx):
+    rank = len(ctx.shape(0))
+    axis = normalize_axis(ctx, ctx.attr("axis", -1), rank)
+    stash = np_dtype(int(ctx.attr("stash_type", 1)))
+    cdtype = _F64 if _F64 in (np.dtype(ctx.dtype(0)), stash) else _F32
+    return cdtype, tuple(range(axis, rank)), float(ctx.attr("epsilon", 1e-5))
+
+
+@lib.kernel("LayerNormalization", prepare=_layer_norm_prepare)
+def _layer_norm(inputs, outputs, prepared):
+    cdtype, axes, eps = prepared
+    y, mean, inv_std = _normalize(_as(inputs[0], cdtype), axes, eps, cdtype)
+    y *= _as(inputs[1], cdtype)
+    if len(inputs) > 2 and inputs[2] is not None:
+        y += _as(inputs[2], cdtype)
+    _store(outputs[0], y)
+    for out, value in zip(outputs[1:3], (mean, inv_std)):
+        if out is not None:
+            _store(out, value)
+
+
+@lib.op("GroupNormalization", since_version=(18, 21), infer_dtype=same_dtype(0))
+def _group_norm_shape(ctx):
+    """GroupNormalization: normalise X (N, C, ...) over each of num_groups channel groups and
+    the spatial axes, then * scale + bias (per group in opset 18: shape (G,); per channel from
+    opset 21: shape (C,)). Raises ShapeInferenceError when C is not divisible by num_groups.
+    Source: ONNX operator spec, GroupNormalization-18/21.
+    """
+    x = _check_rank_at_least(ctx, 0, 2, "input X")
+    _check_float(ctx, 0)
+    groups = ctx.attr("num_groups")
+    if groups is None:
+        ctx.fail("attribute 'num_groups' is required", kind="MissingAttribute")
+    if int(groups) < 1:
+        ctx.fail(f"num_groups {groups} must be >= 1", kind="InvalidAttribute")
+    if x is None:
+        return [None]
+    if is_known(x[1]) and x[1] % int(groups) != 0:
+        ctx.fail(f"channels {x[1]} must be divisible by num_groups {groups}", kind="ChannelMismatch")
+    expected = (x[1],) if ctx.opset >= 21 else (int(groups),)
+    _param_shape_check(ctx, 1, expected, "scale")
+    _param_shape_check(ctx, 2, expected, "bias")
+    return [tuple(x)]
+
+
+def _group_norm_prepare(ctx):
+    x = ctx.shape(0)
+    groups = int(ctx.attr("num_groups"))
+    cdtype = _compute_dtype(ctx.dtype(0))
+    if ctx.opset >= 21 and int(ctx.attr("stash_type", 1)) == 11:
+        cdtype = _F64
+    param = (x[1],) + (1,) * (len(x) - 2)
+    return (cdtype, (x[0], groups, -1), float(ctx.attr("epsilon", 1e-5)), param,
+            x[1] // groups if ctx.opset < 21 else 1)
+
+
+@lib.kernel("GroupNormalization", prepare=_group_norm_prepare)
+def _group_norm(inputs, outputs, prepared):
+    cdtype, grouped, eps, param, repeat = prepared
+    x = _as(inputs[0], cdtype)
+    y, _, _ = _normalize(x.reshape(grouped), (2,), eps, cdtype)
+    y = y.reshape(x.shape)
+    scale, bias = (_as(a, cdtype) for a in inputs[1:3])
+    if repeat > 1:
+        scale, bias = np.repeat(scale, repeat), np.repeat(bias, repeat)
+    y *= scale.reshape(param)
+    y += bias.reshape(param)
+    _store(outputs[0], y)

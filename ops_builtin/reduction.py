@@ -1,0 +1,477 @@
+"""Reductions: ReduceSum/Mean/Max/Min/Prod/L1/L2/LogSum/LogSumExp/SumSquare, ArgMax/ArgMin,
+Softmax, LogSoftmax and Hardmax.
+
+Every ONNX version of each op is registered. The ``Reduce*`` ops take ``axes`` as an
+attribute before opset 13 (ReduceSum) or 18 (the others) and as an optional input after;
+``noop_with_empty_axes`` selects between "reduce everything" and "reduce nothing" for empty
+axes (composite ops still apply their element-wise step, e.g. ReduceSumSquare squares).
+Reducing over an empty set gives the op's identity: 0 for sums, 1 for products, -inf/+inf
+(or the dtype's min/max) for max/min and -inf for the log reductions.
+
+float16/bfloat16/float8 inputs are computed in float32 and cast back; float32 stays float32
+(numpy's pairwise float32 summation, like ONNX Runtime), never float64.
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+from dynashape.records import OpLibrary, fixed_dtype, same_dtype
+from dynashape.shapes import dim_max, dim_min, normalize_axes, normalize_axis, numel, value_list
+
+lib = OpLibrary()
+
+_F32 = np.dtype(np.float32)
+
+
+# dtype helpers ------------------------------------------------------------------
+
+def _is_low_float(dt: np.dtype) -> bool:
+    """float16, bfloat16 and the float8 types (ml_dtypes): computed in float32."""
+    return dt == np.float16 or (dt.kind == "V" and "float" in dt.name)
+
+
+def _compute_dtype(dt: np.dtype, float_math: bool) -> np.dtype | None:
+    """The dtype to compute in when it differs from ``dt`` (None: compute natively).
+
+    ``float_math``: the op needs real arithmetic (mean, sqrt, log), so integer inputs are
+    computed in float64 and truncated back like the ONNX reference implementation.
+    """
+    if _is_low_float(dt):
+        return _F32
+    if float_math and dt.kind in "iub":
+        return np.dtype(np.float64)
+    return None
+
+
+# Reduce* --------------------------------------------------------------------------
+
+def _axes_request(ctx, input_form: bool):
+    """The axes as the node gives them: a list of ints (maybe empty), or None if unknown."""
+    if not input_form:
+        axes = ctx.attr("axes")
+        return [] if axes is None else [int(a) for a in axes]
+    if not ctx.has_input(1):
+        return []
+    if ctx.dtype(1) is not None and ctx.dtype(1) != np.int64:
+        ctx.fail(f"axes must be int64, got {ctx.dtype(1)}", kind="InvalidAxesType")
+    shape = ctx.shape(1)
+    if shape is not None and len(shape) > 1:
+        ctx.fail(f"axes must be a 1-D tensor, got rank {len(shape)}", kind="InvalidAxesRank")
+    axes = value_list(ctx.value(1))
+    if axes is None:
+        return None
+    if not all(isinstance(a, (int, np.integer)) for a in axes):
+        return None
+    return [int(a) for a in axes]
+
+
+def _resolve_axes(ctx, input_form: bool) -> tuple | None:
+    """Normalised axes to reduce (``()`` for a no-op), or None when the axes input is unknown."""
+    rank = len(ctx.shape(0))
+    axes = _axes_request(ctx, input_form)
+    if axes is None:
+        return None
+    if not axes:
+        return () if ctx.attr("noop_with_empty_axes", 0) else tuple(range(rank))
+    return tuple(sorted(normalize_axes(ctx, axes, rank)))
+
+
+def _reduced_shape(shape, axes, keepdims: bool) -> tuple:
+    if keepdims:
+        return tuple(1 if i in axes else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+def _make_reduce_infer(input_from: int):
+    def infer(ctx):
+        shape = ctx.shape(0)
+        if shape is None:
+            return [None]
+        input_form = ctx.opset >= input_from
+        keepdims = bool(ctx.attr("keepdims", 1))
+        axes = _resolve_axes(ctx, input_form)
+        if axes is not None:
+            return [_reduced_shape(shape, axes, keepdims)]
+        # axes input not known on the host: the rank may still be known
+        if keepdims:
+            return [tuple(ctx.new_dim() for _ in shape)]
+        n = ctx.shape(1)[0] if ctx.shape(1) else None
+        if isinstance(n, int) and n > 0:
+            return [tuple(ctx.new_dim() for _ in range(len(shape) - n))]
+        return [None]
+    return infer
+
+
+class _ReducePlan(NamedTuple):
+    axes: tuple           # normalised axes to reduce
+    keep_shape: tuple     # the output shape with reduced dims kept as 1
+    work: np.dtype | None  # dtype to compute in (None: the input's)
+    empty: bool           # the reduction runs over zero elements per output
+
+
+def _plan(shape, dtype, axes, float_math: bool) -> _ReducePlan:
+    keep = tuple(1 if i in axes else d for i, d in enumerate(shape))
+    empty = any(shape[a] == 0 for a in axes)
+    return _ReducePlan(axes, keep, _compute_dtype(np.dtype(dtype), float_math), empty)
+
+
+def _runtime_axes(x: np.ndarray, axes_in, prepared) -> tuple:
+    """Axes from the run-time value of the axes input (when prepare could not see it)."""
+    axes = [] if axes_in is None else [int(a) for a in np.asarray(axes_in).reshape(-1)]
+    if not axes:
+        return () if prepared["noop"] else tuple(range(x.ndim))
+    return tuple(sorted(a + x.ndim if a < 0 else a for a in axes))
+
+
+def _run_reduce(fn: Callable, inputs, outputs, prepared):
+    """Run ``fn(x, plan, out)``: ``out`` has the keep-dims shape and the work dtype."""
+    x = inputs[0]
+    plan = prepared["plan"]
+    if plan is None:
+        axes = _runtime_axes(x, inputs[1] if len(inputs) > 1 else None, prepared)
+        plan = _plan(x.shape, x.dtype, axes, prepared["float_math"])
+    out = outputs[0]
+    fresh = out is None
+    if fresh:
+        shape = plan.keep_shape if prepared["keepdims"] else _reduced_shape(x.shape, plan.axes, False)
+        out = np.empty(shape, dtype=x.dtype)
+    target = out.reshape(plan.keep_shape)
+    if plan.work is None:
+        fn(x, plan, target)
+    else:
+        tmp = np.empty(plan.keep_shape, dtype=plan.work)
+        fn(x.astype(plan.work), plan, tmp)
+        np.copyto(target, tmp, casting="unsafe")
+    return [out] if fresh else None
+
+
+def _sum(x, plan, out):
+    np.add.reduce(x, axis=plan.axes, keepdims=True, out=out)
+
+
+def _mean(x, plan, out):
+    np.add.reduce(x, axis=plan.axes, keepdims=True, out=out)
+    count = 1
+    for a in plan.axes:
+        count *= x.shape[a]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        np.divide(out, count, out=out)
+
+
+def _extreme_initial(dt: np.dtype, largest: bool):
+    """The identity of max (``largest``) / min over an empty set for dtype ``dt``."""
+    if dt == np.bool_:
+        return not largest
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        return info.min if largest else info.max
+    return -np.inf if largest else np.inf
+
+
+def _max(x, plan, out):
+    if plan.empty:
+        np.maximum.reduce(x, axis=plan.axes, keepdims=True, out=out,
+                          initial=_extreme_initial(x.dtype, True))
+    else:
+        np.maximum.reduce(x, axis=plan.axes, keepdims=True, out=out)
+
+
+def _min(x, plan, out):
+    if plan.empty:
+        np.minimum.reduce(x, axis=plan.axes, keepdims=True, out=out,
+                          initial=_extreme_initial(x.dtype, False))
+    else:
+        np.minimum.reduce(x, axis=plan.axes, keepdims=True, out=out)
+
+
+def _prod(x, plan, out):
+    np.multiply.reduce(x, axis=plan.axes, keepdims=True, out=out)
+
+
+def _l1(x, plan, out):
+    np.add.reduce(np.abs(x), axis=plan.axes, keepdims=True, out=out)
+
+
+def _sum_square(x, plan, out):
+    np.add.reduce(np.square(x), axis=plan.axes, keepdims=True, out=out)
+
+
+def _l2(x, plan, out):
+    _sum_square(x, plan, out)
+    np.sqrt(out, out=out)
+
+
+def _log_sum(x, plan, out):
+    np.add.reduce(x, axis=plan.axes, keepdims=True, out=out)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        np.log(out, out=out)
+
+
+def _log_sum_exp(x, plan, out):
+    if plan.empty or x.size == 0:
+        out.fill(-np.inf)
+        return
+    shift = np.maximum.reduce(x, axis=plan.axes, keepdims=True)
+    shift = np.where(np.isfinite(shift), shift, 0).astype(x.dtype)  # +-inf rows: no shift
+    np.add.reduce(np.exp(x - shift), axis=plan.axes, keepdims=True, out=out)
+    with np.errstate(divide="ignore"):
+        np.log(out, out=out)
+    np.add(out, shift, out=out)
+
+
+# op -> (since_versions, first version taking axes as an input)
+_REDUCE_VERSIONS = {
+    "ReduceSum": ((1, 11, 13), 13),
+    "ReduceMean": ((1, 11, 13, 18), 18),
+    "ReduceMax": ((1, 11, 12, 13, 18, 20), 18),
+    "ReduceMin": ((1, 11, 12, 13, 18, 20), 18),
+    "ReduceProd": ((1, 11, 13, 18), 18),
+    "ReduceL1": ((1, 11, 13, 18), 18),
+    "ReduceL2": ((1, 11, 13, 18), 18),
+    "ReduceLogSum": ((1, 11, 13, 18, 28), 18),
+    "ReduceLogSumExp": ((1, 11, 13, 18, 28), 18),
+    "ReduceSumSquare": ((1, 11, 13, 18), 18),
+}
+# op -> (compute, needs real arithmetic for integer inputs)
+_REDUCE_FUNCS = {
+    "ReduceSum": (_sum, False), "ReduceMean": (_mean, True), "ReduceMax": (_max, False),
+    "ReduceMin": (_min, False), "ReduceProd": (_prod, False), "ReduceL1": (_l1, False),
+    "ReduceL2": (_l2, True), "ReduceLogSum": (_log_sum, True),
+    "ReduceLogSumExp": (_log_sum_exp, True), "ReduceSumSquare": (_sum_square, False),
+}
+
+
+def _make_reduce_prepare(input_from: int, float_math: bool):
+    def prepare(ctx):
+        input_form = ctx.opset >= input_from
+        axes = _resolve_axes(ctx, input_form)
+        plan = None if axes is None else _plan(ctx.shape(0), ctx.dtype(0), axes, float_math)
+        return {"plan": plan, "keepdims": bool(ctx.attr("keepdims", 1)),
+                "noop": bool(ctx.attr("noop_with_empty_axes", 0)), "float_math": float_math}
+    return prepare
+
+
+def _propagate_axes(ctx, value: np.ndarray, input_from: int) -> tuple | None:
+    axes = _axes_request(ctx, ctx.opset >= input_from)
+    if axes is None:
+        return None
+    if not axes:
+        return () if ctx.attr("noop_with_empty_axes", 0) else tuple(range(value.ndim))
+    return tuple(sorted(normalize_axes(ctx, axes, value.ndim)))
+
+
+def _as_values(arr: np.ndarray) -> np.ndarray:
+    """An object array of dims as int64 when every entry is a plain int."""
+    arr = np.asarray(arr)
+    if arr.dtype == object and all(isinstance(v, (int, np.integer)) for v in arr.reshape(-1)):
+        return arr.astype(np.int64)
+    return arr
+
+
+def _propagate_symbolic(op: str, value: np.ndarray, axes: tuple, keepdims: bool):
+    """Sum/Prod of any rank, Max/Min of a 1-D vector of (possibly symbolic) dims; else None."""
+    if op in ("ReduceSum", "ReduceProd"):
+        ufunc = np.add if op == "ReduceSum" else np.multiply
+        out = ufunc.reduce(value, axis=axes, keepdims=keepdims) if axes else value.copy()
+        return _as_values(np.asarray(out, dtype=object))
+    if op not in ("ReduceMax", "ReduceMin") or value.ndim > 1:
+        return None
+    if not axes:
+        return _as_values(value)
+    if value.size == 0:
+        return None
+    pick = dim_max if op == "ReduceMax" else dim_min
+    out = np.empty((1,) if keepdims else (), dtype=object)
+    out[...] = pick(*value.tolist())
+    return _as_values(out)
+
+
+def _make_reduce_propagate(op: str, input_from: int, fn: Callable, float_math: bool):
+    """ONNX partial data propagation: concrete values are reduced by the kernel function,
+    symbolic dim values (object arrays) by :func:`_propagate_symbolic`."""
+    def propagate(ctx):
+        value = ctx.value(0)
+        if value is None:
+            return [None]
+        value = np.asarray(value)
+        axes = _propagate_axes(ctx, value, input_from)
+        if axes is None:
+            return [None]
+        keepdims = bool(ctx.attr("keepdims", 1))
+        if value.dtype == object:
+            return [_propagate_symbolic(op, value, axes, keepdims)]
+        out = np.empty(_reduced_shape(value.shape, axes, keepdims), dtype=value.dtype)
+        _run_reduce(fn, [value], [out], {"plan": _plan(value.shape, value.dtype, axes, float_math)})
+        return [out]
+    return propagate
+
+
+_REDUCE_DOC = """{op}: reduce ``data`` over ``axes`` (attribute before opset {n}, input from {n}).
+
+Shapes/dtypes: data (d0..dr-1) of the spec's types; the output has the same dtype, with the
+reduced dims kept as 1 (``keepdims=1``) or removed. Empty axes reduce all dims unless
+``noop_with_empty_axes=1``.
+Raises: ShapeInferenceError (AxisOutOfRange, DuplicateAxes, InvalidAxesType, InvalidAxesRank).
+Source: ONNX operator spec, {op}-{versions}.
+"""
+
+
+def _register_reductions():
+    for op, (versions, input_from) in _REDUCE_VERSIONS.items():
+        fn, float_math = _REDUCE_FUNCS[op]
+        propagate = _make_reduce_propagate(op, input_from, fn, float_math)
+        infer = _make_reduce_infer(input_from)
+        infer.__doc__ = _REDUCE_DOC.format(op=op, n=input_from, versions="/".join(map(str, versions)))
+        attr_form = tuple(v for v in versions if v < input_from)
+        input_form = tuple(v for v in versions if v >= input_from)
+        lib.op(op, since_version=attr_form, infer_dtype=same_dtype(0),
+               propagate_value=propagate)(infer)
+        lib.op(op, since_version=input_form, infer_dtype=same_dtype(0), value_inputs=(1,),
+               propagate_value=propagate)(infer)
+        lib.kernel(op, prepare=_make_reduce_prepare(input_from, float_math))(
+            functools.partial(_run_reduce, fn))
+
+
+_register_reductions()
+
+# ArgMax / ArgMin --------------------------------------------------------------------
+
+def _arg_infer(ctx):
+    """ArgMax/ArgMin: int64 indices of the extreme along ``axis``.
+
+    Shapes: data (d0..dr-1), r >= 1 -> d with d[axis] = 1 (keepdims=1) or removed.
+    Raises: AxisOutOfRange; EmptyReduction when d[axis] is 0.
+    Source: ONNX operator spec, ArgMax-13 / ArgMin-13 (and 1, 11, 12).
+    """
+    shape = ctx.shape(0)
+    if shape is None:
+        return [None]
+    if len(shape) == 0:
+        ctx.fail("data must have rank >= 1", kind="InvalidRank")
+    axis = normalize_axis(ctx, ctx.attr("axis", 0), len(shape))
+    if shape[axis] == 0:
+        ctx.fail(f"cannot take the arg-extreme over axis {axis} of size 0", kind="EmptyReduction")
+    return [_reduced_shape(shape, (axis,), bool(ctx.attr("keepdims", 1)))]
+
+
+class _ArgPlan(NamedTuple):
+    axis: int
+    keep_shape: tuple
+    last: bool
+    work: np.dtype | None
+
+
+def _arg_prepare(ctx):
+    shape = ctx.shape(0)
+    axis = normalize_axis(ctx, ctx.attr("axis", 0), len(shape))
+    keep = tuple(1 if i == axis else d for i, d in enumerate(shape))
+    dt = np.dtype(ctx.dtype(0))
+    # float16 runs natively (numpy has float16 ufuncs), rounding like the ONNX reference;
+    # bfloat16/float8 have no exp of their own and go through float32
+    work = _F32 if _is_low_float(dt) and dt != np.float16 else None
+    return _ArgPlan(axis, keep, bool(ctx.attr("select_last_index", 0)), work)
+
+
+def _run_arg(find: Callable, inputs, outputs, plan: _ArgPlan):
+    x = inputs[0] if plan.work is None else inputs[0].astype(plan.work)
+    target = outputs[0].reshape(plan.keep_shape)
+    if plan.last:
+        flipped = np.flip(x, axis=plan.axis)
+        find(flipped, axis=plan.axis, keepdims=True, out=target)
+        np.subtract(x.shape[plan.axis] - 1, target, out=target)
+    else:
+        find(x, axis=plan.axis, keepdims=True, out=target)
+
+
+for _op, _find in (("ArgMax", np.argmax), ("ArgMin", np.argmin)):
+    lib.op(_op, since_version=(1, 11, 12, 13), infer_dtype=fixed_dtype(np.int64))(_arg_infer)
+    lib.kernel(_op, prepare=_arg_prepare)(functools.partial(_run_arg, _find))
+
+
+# Softmax / LogSoftmax / Hardmax -------------------------------------------------------
+
+def _softmax_axis(ctx, rank: int) -> int:
+    default = 1 if ctx.opset < 13 else -1
+    return normalize_axis(ctx, ctx.attr("axis", default), rank)
+
+
+def _softmax_infer(ctx):
+    """Softmax/LogSoftmax/Hardmax: output has the input's shape and dtype.
+
+    Before opset 13 the input is coerced to 2-D (prod(d[:axis]), prod(d[axis:])) and
+    normalised along the second dim; from 13 along the single ``axis``.
+    Raises: AxisOutOfRange (axis outside [-r, r-1]).
+    Source: ONNX operator spec, Softmax/LogSoftmax/Hardmax-1, -11, -13.
+    """
+    shape = ctx.shape(0)
+    if shape is None:
+        return [None]
+    if len(shape) == 0 and ctx.opset >= 13:
+        ctx.fail("input must have rank >= 1", kind="InvalidRank")
+    if len(shape):
+        _softmax_axis(ctx, len(shape))
+    return [shape]
+
+
+class _SoftmaxPlan(NamedTuple):
+    shape2: tuple | None   # the 2-D coercion (opset < 13) or None
+    axis: int                 # axis of the (possibly coerced) array
+    work: np.dtype | None
+    empty: bool
+
+
+def _softmax_prepare(ctx):
+    shape = tuple(ctx.shape(0))
+    dt = np.dtype(ctx.dtype(0))
+    # float16 runs natively (numpy has float16 ufuncs), rounding like the ONNX reference;
+    # bfloat16/float8 have no exp of their own and go through float32
+    work = _F32 if _is_low_float(dt) and dt != np.float16 else None
+    empty = numel(shape) == 0
+    if len(shape) == 0:
+        return _SoftmaxPlan((1, 1), 1, work, empty)
+    axis = _softmax_axis(ctx, len(shape))
+    if ctx.opset < 13:
+        return _SoftmaxPlan((numel(shape[:axis]), numel(shape[axis:])), 1, work, empty)
+    return _SoftmaxPlan(None, axis, work, empty)
+
+
+def _softmax_body(x, out, axis):
+    np.subtract(x, np.max(x, axis=axis, keepdims=True), out=out)
+    np.exp(out, out=out)
+    np.divide(out, np.add.reduce(out, axis=axis, keepdims=True), out=out)
+
+
+def _log_softmax_body(x, out, axis):
+    np.subtract(x, np.max(x, axis=axis, keepdims=True), out=out)
+    lse = np.log(np.add.reduce(np.exp(out), axis=axis, keepdims=True))
+    np.subtract(out, lse, out=out)
+
+
+def _hardmax_body(x, out, axis):
+    out.fill(0)
+    index = np.argmax(x, axis=axis, keepdims=True)
+    np.put_along_axis(out, index, 1, axis=axis)
+
+
+def _run_softmax(body: Callable, inputs, outputs, plan: _SoftmaxPlan):
+    if plan.empty:
+        return
+    x, out = inputs[0], outputs[0]
+    if plan.shape2 is not None:
+        x, out = x.reshape(plan.shape2), out.reshape(plan.shape2)
+    if plan.work is None:
+        body(x, out, plan.axis)
+    else:
+        tmp = np.empty(out.shape, dtype=plan.work)
+        body(x.astype(plan.work), tmp, plan.axis)
+        np.copyto(out, tmp, casting="unsafe")
+    return
+
+
+for _op, _body in (("Softmax", _softmax_body), ("LogSoftmax", _log_softmax_body),
+                   ("Hardmax", _hardmax_body)):
+    lib.op(_op, since_version=(1, 11, 13), infer_dtype=same_dtype(0))(_softmax_infer)
+    lib.kernel(_op, prepare=_softmax_prepare)(functools.partial(_run_softmax, _body))

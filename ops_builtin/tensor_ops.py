@@ -1,0 +1,1204 @@
+"""Tensor data-movement operators: joining, splitting, slicing, indexing, scattering, layout.
+
+Concat, Split, Slice, Gather, GatherElements, GatherND, ScatterElements, Scatter, ScatterND,
+Transpose, Tile, Pad, DepthToSpace, SpaceToDepth, OneHot, Trilu, Where, NonZero, TopK, CumSum.
+
+Gather, Slice and Concat are the ops of shape arithmetic (``Shape -> Gather -> Unsqueeze ->
+Concat -> Reshape``), so they propagate symbolic values (object arrays of ints and
+:class:`~dynashape.symbolic.Expr`) and their shape rules work on symbolic dims.
+"""
+from __future__ import annotations
+
+import numpy as np
+from dynashape.dtypes import is_float
+from dynashape.errors import ShapeInferenceError
+from dynashape.records import OpLibrary, fixed_dtype, same_dtype
+from dynashape.shapes import broadcast_shapes, dim_max, dim_min, normalize_axes, normalize_axis, value_list
+from dynashape.symbolic import Expr
+
+lib = OpLibrary()
+
+# An index this large (or small) means "to the end" (INT64_MAX / INT64_MIN in exporters).
+_BIG = 2 ** 62
+
+
+# shared helpers -------------------------------------------------------------------------
+
+def _compute_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype arithmetic runs in: float32 for ml_dtypes floats and float16, else dtype."""
+    dt = np.dtype(dtype)
+    if dt.kind == "V" and is_float(dt) or dt == np.float16:
+        return np.dtype(np.float32)
+    return dt
+
+
+def _nonneg(x) -> bool:
+    """True when dim-valued ``x`` is provably >= 0 (symbols stand for dims, which are >= 0)."""
+    if isinstance(x, int):
+        return x >= 0
+    if not isinstance(x, Expr):
+        return False
+    for mono, coef in x._terms.items():
+        if coef < 0:
+            return False
+        for atom, _power in mono:
+            if atom[0] != "s" and not all(_nonneg(a) for a in atom[1]):
+                return False
+    return True
+
+
+def _clamp0(x):
+    """max(x, 0), kept as x when x is provably non-negative."""
+    return x if _nonneg(x) else dim_max(x, 0)
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+def _scalar_int(ctx, i: int, what: str) -> int | None:
+    """The single int in host-known input ``i``, None when unknown; fails when not one value."""
+    v = ctx.value(i)
+    if v is None:
+        return None
+    vals = value_list(v)
+    if len(vals) != 1:
+        ctx.fail(f"{what} must hold exactly one value, got {len(vals)}", kind="InvalidScalarInput")
+    x = vals[0]
+    if isinstance(x, Expr):
+        return None
+    return int(x)
+
+
+def _ints(ctx, i: int) -> list | None:
+    """Host-known input ``i`` as a list of ints (or symbolic dims); None when unknown."""
+    v = ctx.value(i)
+    if v is None:
+        return None
+    return [x if isinstance(x, Expr) else int(x) for x in value_list(v)]
+
+
+def _check_index_range(idx: np.ndarray, size: int, node: str, op: str, kind: str, what: str) -> None:
+    """Raise ShapeInferenceError when an index is outside [-size, size - 1]."""
+    if idx.size == 0:
+        return
+    lo, hi = int(idx.min()), int(idx.max())
+    if lo < -size or hi >= size:
+        bad = lo if lo < -size else hi
+        raise ShapeInferenceError(
+            f"{op} node '{node}': {what} {bad} is out of range for a dim of size {size} "
+            f"(valid: [{-size}, {size - 1}])", node=node, op_type=op, kind=kind)
+
+
+def _normalized_indices(idx: np.ndarray, size) -> np.ndarray:
+    """Indices with negatives mapped to ``i + size`` (size: int or broadcastable array)."""
+    idx = idx.astype(np.int64, copy=False)
+    return np.where(idx < 0, idx + size, idx)
+
+
+# Concat ------------------------------------------------------------------------------
+
+def _known_empty(shape) -> bool:
+    return any(isinstance(d, int) and d == 0 for d in shape)
+
+
+def _concat_axis(ctx, rank: int) -> int:
+    axis = ctx.attr("axis")
+    if axis is None:
+        if ctx.opset < 4:
+            axis = 1
+        else:
+            ctx.fail("attribute 'axis' is required", kind="MissingAttribute")
+    return normalize_axis(ctx, axis, rank)
+
+
+def _concat_plan(ctx, shapes):
+    """(axis, indices of inputs that take part, reference shape) for Concat's inputs.
+
+    An empty input (a known 0 dim) whose rank or other dims do not match is skipped, as
+    onnxruntime does; any other mismatch fails with ``ConcatShapeMismatch``.
+    """
+    if not shapes:
+        ctx.fail("at least one input is required", kind="ConcatNoInputs")
+    ref_i = next((i for i, s in enumerate(shapes) if len(s) > 0 and not _known_empty(s)), 0)
+    ref = shapes[ref_i]
+    if len(ref) == 0:
+        ctx.fail("inputs must have rank >= 1, input 0 is a scalar", kind="ConcatScalarInput")
+    axis = _concat_axis(ctx, len(ref))
+    keep = []
+    for i, s in enumerate(shapes):
+        if len(s) != len(ref):
+            if _known_empty(s):
+                continue
+            ctx.fail(f"input {i} has rank {len(s)} but input {ref_i} has rank {len(ref)}; all inputs "
+                     f"must have the same rank (concat axis {axis})", kind="ConcatShapeMismatch")
+        for j, (a, b) in enumerate(zip(s, ref)):
+            if j != axis and isinstance(a, int) and isinstance(b, int) and a != b:
+                if _known_empty(s):
+                    break
+                ctx.fail(f"input {i} has dim {a} on axis {j} but input {ref_i} has {b}; inputs must "
+                         f"be equal on every axis except the concat axis {axis}",
+                         kind="ConcatShapeMismatch")
+        else:
+            keep.append(i)
+    return axis, keep, ref
+
+
+def _concat_prepare(ctx):
+    axis, keep, _ = _concat_plan(ctx, ctx.input_shapes)
+    return axis, keep
+
+
+@lib.kernel("Concat", prepare=_concat_prepare)
+def _concat(inputs, outputs, prepared):
+    """Concat: join the inputs along ``axis`` into the output buffer."""
+    axis, keep = prepared
+    parts = [inputs[i] for i in keep]
+    if outputs[0] is None:
+        return [np.concatenate(parts, axis=axis)]
+    np.concatenate(parts, axis=axis, out=outputs[0])
+    return None
+
+
+def _concat_value(ctx):
+    vals = [ctx.value(i) for i in range(ctx.num_inputs)]
+    if any(v is None for v in vals):
+        return [None]
+    axis, keep, _ = _concat_plan(ctx, [np.shape(v) for v in vals])
+    parts = [np.asarray(vals[i]) for i in keep]
+    if any(p.dtype == object for p in parts):
+        parts = [p.astype(object) for p in parts]
+    return [np.concatenate(parts, axis=axis)]
+
+
+@lib.op("Concat", since_version=(1, 4, 11, 13), infer_dtype=same_dtype(0), propagate_value=_concat_value)
+def _concat_shape(ctx):
+    """Concat: inputs of equal rank, equal on every axis but ``axis``; the output sums that axis.
+
+    Raises ConcatShapeMismatch naming the input index and axis. Source: ONNX operator
+    spec, Concat-13 (Concat-1: ``axis`` defaults to 1).
+    """
+    shapes = [ctx.shape(i) for i in range(ctx.num_inputs)]
+    axis, keep, ref = _concat_plan(ctx, shapes)
+    out = list(ref)
+    total = 0
+    for i in keep:
+        total = total + shapes[i][axis]
+        for j, d in enumerate(shapes[i]):
+            if j != axis and isinstance(d, int) and not isinstance(out[j], int):
+                out[j] = d
+    out[axis] = total
+    return [tuple(out)]
+
+
+# Split -------------------------------------------------------------------------------
+
+def _split_sizes(ctx, dim, n: int):
+    """The output lengths along the split axis (ints, or dims when ``dim`` is symbolic)."""
+    split = None
+    if (ctx.opset >= 13 or ctx.opset < 2) and ctx.has_input(1):
+        split = _ints(ctx, 1)
+        if split is None:
+            return [ctx.new_dim() for _ in range(n)]
+    if split is None and ctx.opset < 13:
+        split = ctx.attr("split")
+    num_outputs = ctx.attr("num_outputs") if ctx.opset >= 18 else None
+    if split is not None:
+        if num_outputs is not None:
+            ctx.fail("only one of input 'split' and attribute 'num_outputs' may be given",
+                     kind="SplitConflictingArgs")
+        split = list(split)
+        if len(split) != n:
+            ctx.fail(f"'split' has {len(split)} entries but the node has {n} outputs",
+                     kind="SplitCountMismatch")
+        if any(isinstance(s, int) and s < 0 for s in split):
+            ctx.fail(f"'split' {split} has a negative entry", kind="SplitNegative")
+        if isinstance(dim, int) and all(isinstance(s, int) for s in split) and sum(split) != dim:
+            ctx.fail(f"'split' {split} sums to {sum(split)} but the dim to split is {dim}",
+                     kind="SplitSumMismatch")
+        return split
+    if num_outputs is not None:
+        if num_outputs != n:
+            ctx.fail(f"num_outputs is {num_outputs} but the node has {n} outputs",
+                     kind="SplitCountMismatch")
+        chunk = (dim + n - 1) // n
+        last = dim - chunk * (n - 1)
+        if isinstance(last, int) and last < 0:
+            ctx.fail(f"a dim of {dim} cannot be split into {n} chunks of {chunk}", kind="SplitUneven")
+        return [chunk] * (n - 1) + [last]
+    if isinstance(dim, int) and dim % n:
+        ctx.fail(f"a dim of {dim} cannot be split evenly into {n} outputs", kind="SplitUneven")
+    return [dim // n] * n
+
+
+@lib.op("Split", since_version=(1, 2, 11, 13, 18), infer_dtype=same_dtype(0), value_inputs=(1,))
+def _split_shape(ctx):
+    """Split: cut the input along ``axis`` into the node's outputs.
+
+    Lengths from attribute ``split`` (<13), input ``split`` (1, >=13), ``num_outputs``
+    (>=18, the last chunk smaller when uneven) or equal parts. Raises SplitSumMismatch,
+    SplitUneven, SplitCountMismatch. Source: ONNX operator spec, Split-18.
+    """
+    shape = ctx.shape(0)
+    axis = normalize_axis(ctx, ctx.attr("axis", 0), len(shape))
+    sizes = _split_sizes(ctx, shape[axis], ctx.num_outputs)
+    return [shape[:axis] + (s,) + shape[axis + 1:] for s in sizes]
+
+
+def _split_prepare(ctx):
+    shape = ctx.input_shapes[0]
+    axis = normalize_axis(ctx, ctx.attr("axis", 0), len(shape))
+    bounds, start = [], 0
+    for s in ctx.output_shapes:
+        bounds.append((slice(None),) * axis + (slice(start, start + s[axis]),))
+        start += s[axis]
+    return bounds
+
+
+@lib.kernel("Split", prepare=_split_prepare)
+def _split(inputs, outputs, bounds):
+    """Split: copy each part of the input into its output."""
+    x = inputs[0]
+    for out, sl in zip(outputs, bounds):
+        np.copyto(out, x[sl])
+
+
+# Slice -------------------------------------------------------------------------------
+
+def _slice_len(d, start, end, step):
+    """Output length of ``data[start:end:step]`` along a dim of size ``d`` (ONNX clamping).
+
+    Works when ``d`` is symbolic (min/max expressions) and when ``start``/``end`` are
+    provably non-negative symbolic values; returns None when it cannot be proven.
+    """
+    if isinstance(d, int) and _is_int(start) and _is_int(end):
+        return _slice_range(d, int(start), int(end), int(step))[2]
+    for v in (start, end):
+        if isinstance(v, Expr) and not _nonneg(v):
+            return None
+    if step > 0:
+        span = _slice_span_forward(d, start, end)
+        return span if step == 1 else (span + step - 1) // step
+    k = -step
+    if (isinstance(start, int) and (start >= _BIG or start == -1)
+            and isinstance(end, int) and end <= -_BIG):
+        span = d
+    else:
+        s_norm = d - 1 if isinstance(start, int) and start >= _BIG else (
+            d + start if isinstance(start, int) and start < 0 else start)
+        e_norm = -1 if isinstance(end, int) and end <= -_BIG else (
+            d + end if isinstance(end, int) and end < 0 else end)
+        s_c = dim_min(dim_max(s_norm, 0), d - 1)
+        e_c = dim_min(dim_max(e_norm, -1), d - 1)
+        span = dim_max(s_c - e_c, 0)
+    return span if k == 1 else (span + k - 1) // k
+
+
+def _slice_range(d: int, start: int, end: int, step: int):
+    """(start, stop, count) with the spec's clamping (onnxruntime's too): negative bounds
+    add ``d``; start clamps to [0, d] ([0, d-1] for negative steps), end to [0, d] ([-1, d-1])."""
+    if start < 0:
+        start += d
+    if end < 0:
+        end += d
+    if step > 0:
+        start, end = min(max(start, 0), d), min(max(end, 0), d)
+        count = max(0, (end - start + step - 1) // step)
+    else:
+        start, end = min(max(start, 0), d - 1), min(max(end, -1), d - 1)
+        count = 0 if d == 0 else max(0, (start - end - step - 1) // -step)
+    return start, end, count
+
+
+def _fwd_pos(v, d):
+    """Position of a forward-slice bound in [0, d]."""
+    if isinstance(v, int):
+        if v >= _BIG:
+            return d
+        if v <= -_BIG or v == 0:
+            return 0
+        return dim_min(v, d) if v > 0 else _clamp0(d + v)
+    return dim_min(v, d)
+
+
+def _slice_span_forward(d, s, e):
+    """Elements covered by ``[s, e)`` (step 1) on a dim of size ``d``, simply written."""
+    S, E = _fwd_pos(s, d), _fwd_pos(e, d)
+    if isinstance(S, int) and S == 0:
+        return E
+    if isinstance(E, int) and E == 0:
+        return 0
+    if E == d:
+        if isinstance(s, int) and s < 0:
+            return dim_min(-s, d)
+        return _clamp0(d - s)
+    if isinstance(s, int) and isinstance(e, int):
+        if s > 0 and e > 0:
+            return 0 if e <= s else dim_min(e - s, _clamp0(d - s))
+        if s < 0 and e < 0:
+            return 0 if -s <= -e else dim_min(e - s, _clamp0(d + e))
+        if s > 0 and e < 0:
+            return _clamp0(d + e - s)
+    return _clamp0(E - S)
+
+
+def _slice_args(ctx):
+    """(starts, ends, axes or None, steps or None) lists; any may be None when unknown."""
+    if ctx.opset < 10:
+        starts, ends, axes = ctx.attr("starts"), ctx.attr("ends"), ctx.attr("axes")
+        if starts is None or ends is None:
+            ctx.fail("attributes 'starts' and 'ends' are required", kind="MissingAttribute")
+        return list(starts), list(ends), None if axes is None else list(axes), None, True
+    axes_known = not ctx.has_input(3) or ctx.value(3) is not None
+    steps_known = not ctx.has_input(4) or ctx.value(4) is not None
+    axes = _ints(ctx, 3) if ctx.has_input(3) else None
+    steps = _ints(ctx, 4) if ctx.has_input(4) else None
+    return _ints(ctx, 1), _ints(ctx, 2), axes, steps, axes_known and steps_known
+
+
+def _slice_spec(ctx, rank):
+    """Validated per-axis (axis, start, end, step) list, or None when values are unknown."""
+    starts, ends, axes, steps, known = _slice_args(ctx)
+    if starts is None or ends is None or not known:
+        return None
+    if len(starts) != len(ends):
+        ctx.fail(f"starts ({len(starts)} values) and ends ({len(ends)} values) must have equal length",
+                 kind="SliceLengthMismatch")
+    if axes is None:
+        axes = list(range(len(starts)))
+    if any(isinstance(a, Expr) for a in axes) or (steps is not None and any(isinstance(s, Expr) for s in steps)):
+        return None
+    if len(axes) != len(starts):
+        ctx.fail(f"axes ({len(axes)} values) must have as many values as starts ({len(starts)})",
+                 kind="SliceLengthMismatch")
+    axes = normalize_axes(ctx, axes, rank)
+    if steps is None:
+        steps = [1] * len(starts)
+    if len(steps) != len(starts):
+        ctx.fail(f"steps ({len(steps)} values) must have as many values as starts ({len(starts)})",
+                 kind="SliceLengthMismatch")
+    if any(s == 0 for s in steps):
+        ctx.fail(f"steps {steps} must not contain 0", kind="SliceZeroStep")
+    return list(zip(axes, starts, ends, steps))
+
+
+def _slice_value(ctx):
+    data = ctx.value(0)
+    if data is None:
+        return [None]
+    spec = _slice_spec(ctx, np.ndim(data))
+    if spec is None or any(isinstance(v, Expr) for _, s, e, _ in spec for v in (s, e)):
+        return [None]
+    return [np.asarray(data)[_slice_index(np.shape(data), spec)].copy()]
+
+
+@lib.op("Slice", since_version=(1, 10, 11, 13), infer_dtype=same_dtype(0),
+        value_inputs=(1, 2, 3, 4), propagate_value=_slice_value)
+def _slice_shape(ctx):
+    """Slice: ``data[starts:ends:steps]`` along ``axes``, with ONNX clamping of the bounds.
+
+    Attributes (Slice-1) or inputs (>=10). INT64_MAX/INT64_MIN ends, negative steps.
+    Symbolic dims give min/max expressions. Raises SliceZeroStep, SliceLengthMismatch,
+    AxisOutOfRange, DuplicateAxes. Source: ONNX operator spec, Slice-13.
+    """
+    shape = ctx.shape(0)
+    spec = _slice_spec(ctx, len(shape))
+    if spec is None:
+        axes = _ints(ctx, 3) if ctx.opset >= 10 and ctx.has_input(3) else None
+        if axes is None or any(isinstance(a, Expr) for a in axes):
+            return [tuple(ctx.new_dim() for _ in shape)]
+        out = list(shape)
+        for a in normalize_axes(ctx, axes, len(shape)):
+            out[a] = ctx.new_dim()
+        return [tuple(out)]
+    out = list(shape)
+    for axis, start, end, step in spec:
+        n = _slice_len(shape[axis], start, end, step)
+        out[axis] = ctx.new_dim() if n is None else n
+    return [tuple(out)]
+
+
+def _slice_index(shape, spec):
+    """A tuple of Python slices for concrete ``shape`` and ``spec``."""
+    index = [slice(None)] * len(shape)
+    for axis, start, end, step in spec:
+        step = int(step)
+        b, _, n = _slice_range(shape[axis], int(start), int(end), step)
+        stop = b + n * step
+        index[axis] = slice(0, 0) if n == 0 else slice(b, None if stop < 0 else stop, step)
+    return tuple(index)
+
+
+def _slice_prepare(ctx):
+    spec = _slice_spec(ctx, len(ctx.input_shapes[0]))
+    return (None, ctx) if spec is None else (_slice_index(ctx.input_shapes[0], spec), None)
+
+
+@lib.kernel("Slice", prepare=_slice_prepare)
+def _slice(inputs, outputs, prepared):
+    """Slice: copy the selected region into the output."""
+    index, ctx = prepared
+    if index is None:  # bound values only known now
+        ctx.input_values = list(inputs)
+        index = _slice_index(inputs[0].shape, _slice_spec(ctx, inputs[0].ndim))
+    if outputs[0] is None:
+        return [inputs[0][index].copy()]
+    np.copyto(outputs[0], inputs[0][index])
+    return None
+
+
+# Gather family -------------------------------------------------------------------------
+
+def _gather_check_known(ctx, idx_value, size, what="index"):
+    if idx_value is None or not isinstance(size, int):
+        return
+    arr = np.asarray(idx_value)
+    if arr.dtype == object or arr.size == 0:
+        return
+    lo, hi = int(arr.min()), int(arr.max())
+    if lo < -size or hi >= size:
+        ctx.fail(f"{what} {lo if lo < -size else hi} is out of range for a dim of size {size} "
+                 f"(valid: [{-size}, {size - 1}])", kind="GatherIndexOutOfRange")
+
+
+def _gather_value(ctx):
+    data, idx = ctx.value(0), ctx.value(1)
+    if data is None or idx is None:
+        return [None]
+    idx = np.asarray(idx)
+    if idx.dtype == object:
+        return [None]
+    data = np.asarray(data)
+    axis = normalize_axis(ctx, ctx.attr("axis", 0), data.ndim)
+    _gather_check_known(ctx, idx, data.shape[axis])
+    res = np.take(data, idx.astype(np.int64), axis=axis)
+    if not isinstance(res, np.ndarray):  # a scalar index into a 1-D value gives the element
+        res = np.array(res, dtype=object) if isinstance(res, Expr) else np.asarray(res, dtype=data.dtype)
+    return [res]
+
+
+@lib.op("Gather", since_version=(1, 11, 13), infer_dtype=same_dtype(0), propagate_value=_gather_value)
+def _gather_shape(ctx):
+    """Gather: ``take(data, indices, axis)``; the output is data[:axis] + indices + data[axis+1:].
+
+    Indices in [-s, s-1] (s the dim); a scalar index drops the axis. Raises
+    GatherIndexOutOfRange (at inference when the indices are known, else at run time).
+    Source: ONNX operator spec, Gather-13.
+    """
+    data, idx = ctx.shape(0), ctx.shape(1)
+    if len(data) == 0:
+        ctx.fail("data must have rank >= 1, got a scalar", kind="InvalidRank")
+    axis = normalize_axis(ctx, ctx.attr("axis", 0), len(data))
+    _gather_check_known(ctx, ctx.value(1), data[axis])
+    return [tuple(data[:axis]) + tuple(idx) + tuple(data[axis + 1:])]
+
+
+def _gather_prepare(ctx):
+    axis = normalize_axis(ctx, ctx.attr("axis", 0), len(ctx.input_shapes[0]))
+    return axis, ctx.input_shapes[0][axis], ctx.node.name
+
+
+@lib.kernel("Gather", prepare=_gather_prepare)
+def _gather(inputs, outputs, prepared):
+    """Gather: np.take into the output buffer after a range check of the indices."""
+    axis, size, node = prepared
+    idx = inputs[1]
+    _check_index_range(idx, size, node, "Gather", "GatherIndexOutOfRange", "index")
+    if outputs[0] is None:
+        return [np.take(inputs[0], idx, axis=axis, mode="wrap")]
+    if idx.size:
+        np.take(inputs[0], idx, axis=axis, out=outputs[0], mode="wrap")
+    return None
+
+
+@lib.op("GatherElements", since_version=(11, 13), infer_dtype=same_dtype(0))
+def _gather_elements_shape(ctx):
+    """GatherElements: ``out[i][j] = data[index[i][j]][j]`` (axis 0); output has indices' shape.
+
+    data and indices of equal rank >= 1. Raises InvalidRank, GatherIndexOutOfRange.
+    Source: ONNX operator spec, GatherElements-13.
+    """
+    data, idx = ctx.shape(0), ctx.shape(1)
+    if len(data) == 0 or len(idx) != len(data):
+        ctx.fail(f"data and indices must have the same rank >= 1, got {len(data)} and {len(idx)}",
+                 kind="InvalidRank")
+    axis = normalize_axis(ctx, ctx.attr("axis", 0), len(data))
+    _gather_check_known(ctx, ctx.value(1), data[axis])
+    return [tuple(idx)]
+
+
+def _axis_prepare(ctx):
+    axis = normalize_axis(ctx, ctx.attr("axis", 0), len(ctx.input_shapes[0]))
+    return axis, ctx.input_shapes[0][axis], ctx.node.name, ctx.attr("reduction", "none")
+
+
+@lib.kernel("GatherElements", prepare=_axis_prepare)
+def _gather_elements(inputs, outputs, prepared):
+    """GatherElements: take_along_axis after a range check."""
+    axis, size, node, _ = prepared
+    idx = inputs[1]
+    _check_index_range(idx, size, node, "GatherElements", "GatherIndexOutOfRange", "index")
+    data = inputs[0][tuple(slice(None) if j == axis else slice(0, n) for j, n in enumerate(idx.shape))]
+    np.copyto(outputs[0], np.take_along_axis(data, _normalized_indices(idx, size), axis=axis))
+
+
+@lib.op("GatherND", since_version=(11, 12, 13), infer_dtype=same_dtype(0))
+def _gather_nd_shape(ctx):
+    """GatherND: gather slices of data addressed by the last axis of indices.
+
+    Output ``indices.shape[:-1] + data.shape[batch_dims + k:]`` with k = indices.shape[-1]
+    (must be known). Raises InvalidRank, GatherNDBatchMismatch. Source: ONNX operator
+    spec, GatherND-13.
+    """
+    data, idx = ctx.shape(0), ctx.shape(1)
+    b = ctx.attr("batch_dims", 0) if ctx.opset >= 12 else 0
+    if len(data) < 1 or len(idx) < 1:
+        ctx.fail("data and indices must have rank >= 1", kind="InvalidRank")
+    if b < 0 or b >= min(len(data), len(idx)):
+        ctx.fail(f"batch_dims {b} must be in [0, min(rank(data), rank(indices)) - 1]", kind="InvalidRank")
+    for j in range(b):
+        if isinstance(data[j], int) and isinstance(idx[j], int) and data[j] != idx[j]:
+            ctx.fail(f"batch dim {j} differs: data {data[j]} vs indices {idx[j]}", kind="GatherNDBatchMismatch")
+    k = idx[-1]
+    if not isinstance(k, int):
+        return [None]
+    if k < 1 and len(data) == b or k > len(data) - b:
+        ctx.fail(f"indices.shape[-1] = {k} must be <= rank(data) - batch_dims = {len(data) - b}",
+                 kind="InvalidRank")
+    return [tuple(idx[:-1]) + tuple(data[b + k:])]
+
+
+def _nd_index(data_shape, idx, node, op, kind, b=0):
+    """Normalised, range-checked index tuple (one array per indexed axis after ``b``)."""
+    k = idx.shape[-1]
+    dims = np.asarray(data_shape[b:b + k], dtype=np.int64)
+    idx = idx.astype(np.int64, copy=False)
+    bad = (idx < -dims) | (idx >= dims)
+    if bad.any():
+        raise ShapeInferenceError(f"{op} node '{node}': index {idx[bad].reshape(-1)[0]} is out of range "
+                                  f"for data dims {list(data_shape[b:b + k])}",
+                                  node=node, op_type=op, kind=kind)
+    idx = np.where(idx < 0, idx + dims, idx)
+    return tuple(np.moveaxis(idx, -1, 0))
+
+
+@lib.kernel("GatherND")
+def _gather_nd(inputs, outputs, ctx):
+    """GatherND: advanced indexing over batch-flattened data."""
+    data, idx = inputs
+    b = ctx.attr("batch_dims", 0) if ctx.opset >= 12 else 0
+    batch = int(np.prod(data.shape[:b], dtype=np.int64))
+    d = data.reshape((batch,) + data.shape[b:])
+    i = idx.reshape((batch, -1, idx.shape[-1]))
+    index = _nd_index(data.shape, i, ctx.node.name, "GatherND", "GatherIndexOutOfRange", b)
+    res = d[(np.arange(batch)[:, None],) + index]
+    np.copyto(outputs[0], res.reshape(outputs[0].shape))
+
+
+# Scatter family ----------------------------------------------------------------------
+
+_REDUCERS = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def _reduction(ctx, allowed) -> str:
+    red = ctx.attr("reduction", "none") if ctx.opset >= 16 else "none"
+    if red not in allowed:
+        ctx.fail(f"reduction '{red}' is not one of {sorted(allowed)}", kind="InvalidAttribute")
+    return red
+
+
+def _scatter_into(out, index, updates, reduction):
+    """out[index] = updates, or reduce updates into it (np.ufunc.at, repeats accumulate)."""
+    if reduction == "none":
+        out[index] = updates
+        return
+    ufunc = _REDUCERS[reduction]
+    cdt = _compute_dtype(out.dtype)
+    if cdt == out.dtype:
+        ufunc.at(out, index, updates)
+    else:
+        tmp = out.astype(cdt)
+        ufunc.at(tmp, index, updates.astype(cdt))
+        np.copyto(out, tmp.astype(out.dtype))
+
+
+def _scatter_elements_infer(ctx):
+    data, idx, upd = ctx.shape(0), ctx.shape(1), ctx.shape(2)
+    if len(data) == 0 or len(idx) != len(data) or len(upd) != len(idx):
+        ctx.fail(f"data, indices and updates must have the same rank >= 1, got {len(data)}, "
+                 f"{len(idx)} and {len(upd)}", kind="InvalidRank")
+    for j, (a, b) in enumerate(zip(idx, upd)):
+        if isinstance(a, int) and isinstance(b, int) and a != b:
+            ctx.fail(f"indices and updates must have the same shape (axis {j}: {a} vs {b})",
+                     kind="ScatterShapeMismatch")
+    normalize_axis(ctx, ctx.attr("axis", 0), len(data))
+    _reduction(ctx, ("none", "add", "mul") + (("max", "min") if ctx.opset >= 18 else ()))
+    return [tuple(data)]
+
+
+@lib.op("ScatterElements", since_version=(11, 13, 16, 18), infer_dtype=same_dtype(0))
+def _scatter_elements_shape(ctx):
+    """ScatterElements: data with ``updates`` written at ``indices`` along ``axis``.
+
+    reduction none/add/mul (16), max/min (18). Output has data's shape. Raises
+    InvalidRank, ScatterShapeMismatch, ScatterIndexOutOfRange. Source: ONNX operator spec,
+    ScatterElements-18.
+    """
+    return _scatter_elements_infer(ctx)
+
+
+@lib.op("Scatter", since_version=(9, 11), infer_dtype=same_dtype(0))
+def _scatter_shape(ctx):
+    """Scatter (deprecated): ScatterElements without reduction. Source: ONNX spec, Scatter-11."""
+    return _scatter_elements_infer(ctx)
+
+
+def _scatter_elements(inputs, outputs, prepared):
+    """ScatterElements: copy data, then write/reduce updates at the open-grid index."""
+    axis, size, node, red = prepared
+    data, idx, upd = inputs
+    out = outputs[0]
+    np.copyto(out, data)
+    _check_index_range(idx, size, node, "ScatterElements", "ScatterIndexOutOfRange", "index")
+    if idx.size == 0:
+        return
+    grid = list(np.ogrid[tuple(slice(0, n) for n in idx.shape)])
+    grid[axis] = _normalized_indices(idx, size)
+    _scatter_into(out, tuple(grid), upd, red)
+
+
+lib.kernel("ScatterElements", prepare=_axis_prepare)(_scatter_elements)
+lib.kernel("Scatter", prepare=_axis_prepare)(_scatter_elements)
+
+
+@lib.op("ScatterND", since_version=(11, 13, 16, 18), infer_dtype=same_dtype(0))
+def _scatter_nd_shape(ctx):
+    """ScatterND: data with slices of ``updates`` written at the index tuples of ``indices``.
+
+    updates shape must be ``indices.shape[:-1] + data.shape[k:]``; reduction none/add/mul
+    (16), max/min (18). Raises InvalidRank, ScatterShapeMismatch. Source: ONNX operator
+    spec, ScatterND-18.
+    """
+    data, idx, upd = ctx.shape(0), ctx.shape(1), ctx.shape(2)
+    if len(data) < 1 or len(idx) < 1:
+        ctx.fail("data and indices must have rank >= 1", kind="InvalidRank")
+    _reduction(ctx, ("none", "add", "mul") + (("max", "min") if ctx.opset >= 18 else ()))
+    k = idx[-1]
+    if isinstance(k, int):
+        if k > len(data):
+            ctx.fail(f"indices.shape[-1] = {k} exceeds rank(data) = {len(data)}", kind="InvalidRank")
+        want = tuple(idx[:-1]) + tuple(data[k:])
+        if len(upd) != len(want) or any(isinstance(a, int) and isinstance(b, int) and a != b
+                                         for a, b in zip(upd, want)):
+            ctx.fail(f"updates must have shape indices.shape[:-1] + data.shape[k:] = "
+                     f"({', '.join(map(str, want))})", kind="ScatterShapeMismatch")
+    return [tuple(data)]
+
+
+@lib.kernel("ScatterND")
+def _scatter_nd(inputs, outputs, ctx):
+    """ScatterND: copy data, then write/reduce the update slices."""
+    data, idx, upd = inputs
+    out = outputs[0]
+    np.copyto(out, data)
+    k = idx.shape[-1]
+    flat = idx.reshape(-1, k)
+    if flat.shape[0] == 0:
+        return
+    index = _nd_index(data.shape, flat, ctx.node.name, "ScatterND", "ScatterIndexOutOfRange")
+    red = ctx.attr("reduction", "none") if ctx.opset >= 16 else "none"
+    _scatter_into(out, index, upd.reshape((flat.shape[0],) + data.shape[k:]), red)
+
+
+# Transpose, Tile ----------------------------------------------------------------------
+
+def _perm(ctx, rank):
+    perm = ctx.attr("perm")
+    if perm is None:
+        return list(range(rank))[::-1]
+    perm = list(perm)
+    if sorted(normalize_axis(ctx, p, rank, "perm entry") for p in perm) != list(range(rank)) \
+            or len(perm) != rank:
+        ctx.fail(f"perm {perm} is not a permutation of 0..{rank - 1}", kind="InvalidPermutation")
+    return [p % rank for p in perm]
+
+
+@lib.op("Transpose", since_version=(1, 13, 21, 23, 24, 25), infer_dtype=same_dtype(0))
+def _transpose_shape(ctx):
+    """Transpose: permute axes by ``perm`` (default: reversed). Raises InvalidPermutation.
+
+    Source: ONNX operator spec, Transpose-25.
+    """
+    shape = ctx.shape(0)
+    return [tuple(shape[p] for p in _perm(ctx, len(shape)))]
+
+
+@lib.kernel("Transpose", prepare=lambda ctx: _perm(ctx, len(ctx.input_shapes[0])))
+def _transpose(inputs, outputs, perm):
+    """Transpose: copy the permuted view into the output."""
+    np.copyto(outputs[0], np.transpose(inputs[0], perm))
+
+
+def _tile_repeats(ctx, rank):
+    """Repeats per axis (list) or None when unknown."""
+    if ctx.opset < 6:
+        tiles, axis = _scalar_int(ctx, 1, "tiles"), _scalar_int(ctx, 2, "axis")
+        if tiles is None or axis is None:
+            return None
+        reps = [1] * rank
+        reps[normalize_axis(ctx, axis, rank)] = tiles
+    else:
+        reps = _ints(ctx, 1)
+        if reps is None:
+            return None
+        if len(reps) != rank:
+            ctx.fail(f"repeats has {len(reps)} values but the input has rank {rank}",
+                     kind="TileRepeatsMismatch")
+    if any(isinstance(r, int) and r < 0 for r in reps):
+        ctx.fail(f"repeats {reps} must be >= 0", kind="TileNegativeRepeat")
+    return reps
+
+
+@lib.op("Tile", since_version=(1, 6, 13), infer_dtype=same_dtype(0), value_inputs=(1, 2))
+def _tile_shape(ctx):
+    """Tile: repeat the input ``repeats[i]`` times along axis i; dims multiply.
+
+    Tile-1 takes scalar ``tiles`` and ``axis`` inputs. Raises TileRepeatsMismatch,
+    TileNegativeRepeat. Source: ONNX operator spec, Tile-13.
+    """
+    shape = ctx.shape(0)
+    reps = _tile_repeats(ctx, len(shape))
+    if reps is None:
+        return [tuple(ctx.new_dim() for _ in shape)]
+    return [tuple(d * r for d, r in zip(shape, reps))]
+
+
+def _tile_prepare(ctx):
+    shape = ctx.input_shapes[0]
+    reps = _tile_repeats(ctx, len(shape))
+    if reps is None:
+        reps = [o // d if d else 0 for o, d in zip(ctx.output_shapes[0], shape)]
+    return ([n for d in shape for n in (1, d)], [n for r, d in zip(reps, shape) for n in (r, d)], reps)
+
+
+@lib.kernel("Tile", prepare=_tile_prepare)
+def _tile(inputs, outputs, prepared):
+    """Tile: broadcast the input into an interleaved (repeat, dim) view of the output."""
+    x_shape, big_shape, reps = prepared
+    out = outputs[0]
+    if out.size == 0:
+        return
+    if out.flags.c_contiguous:
+        np.copyto(out.reshape(big_shape), np.broadcast_to(inputs[0].reshape(x_shape), big_shape))
+    else:
+        np.copyto(out, np.tile(inputs[0], reps))
+
+
+# Pad -------------------------------------------------------------------------------
+
+_PAD_MODES = ("constant", "reflect", "edge")
+
+
+def _pad_widths(ctx, rank):
+    """[(begin, end)] per axis, or None when ``pads``/``axes`` are unknown."""
+    if ctx.opset < 11:
+        pads = ctx.attr("paddings" if ctx.opset < 2 else "pads")
+        if pads is None:
+            ctx.fail("attribute 'pads' is required", kind="MissingAttribute")
+        axes = None
+    else:
+        pads = _ints(ctx, 1)
+        axes = _ints(ctx, 3) if ctx.opset >= 18 and ctx.has_input(3) else None
+        if pads is None or (ctx.opset >= 18 and ctx.has_input(3) and axes is None):
+            return None
+    axes = list(range(rank)) if axes is None else normalize_axes(ctx, axes, rank)
+    if len(pads) != 2 * len(axes):
+        ctx.fail(f"pads has {len(pads)} values, expected 2 * {len(axes)} (begin and end per axis)",
+                 kind="PadsLengthMismatch")
+    widths = [(0, 0)] * rank
+    for i, a in enumerate(axes):
+        widths[a] = (pads[i], pads[i + len(axes)])
+    return widths
+
+
+def _pad_mode(ctx) -> str:
+    mode = ctx.attr("mode", "constant")
+    allowed = _PAD_MODES + (("wrap",) if ctx.opset >= 19 else ())
+    if mode not in allowed:
+        ctx.fail(f"mode '{mode}' is not one of {list(allowed)}", kind="InvalidAttribute")
+    return mode
+
+
+@lib.op("Pad", since_version=(1, 2, 11, 13, 18, 19, 21, 23, 24, 25), infer_dtype=same_dtype(0),
+        value_inputs=(1, 3))
+def _pad_shape(ctx):
+    """Pad: grow (or crop, for negative pads) each axis by its begin/end pads.
+
+    Modes constant/reflect/edge, wrap (>=19); pads as attribute (<11) or input; input
+    ``axes`` (>=18). Raises PadsLengthMismatch, PadNegativeResult, InvalidAttribute.
+    Source: ONNX operator spec, Pad-25.
+    """
+    shape = ctx.shape(0)
+    mode = _pad_mode(ctx)
+    widths = _pad_widths(ctx, len(shape))
+    if widths is None:
+        return [tuple(ctx.new_dim() for _ in shape)]
+    out = []
+    for a, (d, (b, e)) in enumerate(zip(shape, widths)):
+        n = d + b + e
+        if isinstance(n, int) and n < 0:
+            ctx.fail(f"pads ({b}, {e}) on axis {a} leave a negative size {n}", kind="PadNegativeResult")
+        if mode != "constant" and isinstance(d, int) and d == 0 and (b > 0 or e > 0):
+            ctx.fail(f"mode '{mode}' cannot pad the empty axis {a}", kind="PadEmptyAxis")
+        out.append(n)
+    return [tuple(out)]
+
+
+def _pad_prepare(ctx):
+    shape = ctx.input_shapes[0]
+    widths = _pad_widths(ctx, len(shape))
+    crop = tuple(slice(max(-b, 0), d - max(-e, 0)) for d, (b, e) in zip(shape, widths))
+    grow = [(max(b, 0), max(e, 0)) for b, e in widths]
+    dst = tuple(slice(b, b + (s.stop - s.start)) for (b, _), s in zip(grow, crop))
+    value = ctx.attr("value", 0.0) if ctx.opset < 11 else None
+    return _pad_mode(ctx), crop, grow, dst, value
+
+
+def _pad_constant(ctx_value, inputs, dtype):
+    if ctx_value is not None:
+        return ctx_value
+    if len(inputs) > 2 and inputs[2] is not None and inputs[2].size:
+        return inputs[2].reshape(-1)[0]
+    return "" if dtype == object else 0
+
+
+@lib.kernel("Pad", prepare=_pad_prepare)
+def _pad(inputs, outputs, prepared):
+    """Pad: crop negative pads, then fill (constant) or np.pad (reflect/edge/wrap)."""
+    mode, crop, grow, dst, value = prepared
+    x, out = inputs[0][crop], outputs[0]
+    if mode == "constant":
+        if any(b or e for b, e in grow):
+            out.fill(_pad_constant(value, inputs, out.dtype))
+        out[dst] = x
+        return
+    np.copyto(out, np.pad(x, grow, mode=mode))
+
+
+# DepthToSpace / SpaceToDepth -------------------------------------------------------------
+
+def _block_args(ctx):
+    shape = ctx.shape(0)
+    if len(shape) != 4:
+        ctx.fail(f"input must have rank 4 (N, C, H, W), got rank {len(shape)}", kind="InvalidRank")
+    bs = ctx.attr("blocksize")
+    if bs is None or bs < 1:
+        ctx.fail(f"attribute 'blocksize' must be given and >= 1, got {bs}", kind="MissingAttribute")
+    mode = ctx.attr("mode", "DCR")
+    if mode not in ("DCR", "CRD"):
+        ctx.fail(f"mode '{mode}' is not 'DCR' or 'CRD'", kind="InvalidAttribute")
+    return shape, bs, mode
+
+
+@lib.op("DepthToSpace", since_version=(1, 11, 13, 28), infer_dtype=same_dtype(0))
+def _depth_to_space_shape(ctx):
+    """DepthToSpace: (N, C, H, W) -> (N, C/b^2, H*b, W*b), modes DCR / CRD (>=11).
+
+    Raises InvalidRank, BlocksizeMismatch (C not divisible by b^2). Source: ONNX operator
+    spec, DepthToSpace-13.
+    """
+    (n, c, h, w), bs, _ = _block_args(ctx)
+    if isinstance(c, int) and c % (bs * bs):
+        ctx.fail(f"channels {c} are not divisible by blocksize^2 = {bs * bs}", kind="BlocksizeMismatch")
+    return [(n, c // (bs * bs), h * bs, w * bs)]
+
+
+@lib.kernel("DepthToSpace")
+def _depth_to_space(inputs, outputs, ctx):
+    """DepthToSpace: reshape/transpose straight into a 6-D view of the output."""
+    x, out = inputs[0], outputs[0]
+    bs, mode = ctx.attr("blocksize"), ctx.attr("mode", "DCR")
+    b, c, h, w = x.shape
+    c2 = c // (bs * bs)
+    if mode == "DCR":
+        t = x.reshape(b, bs, bs, c2, h, w).transpose(0, 3, 4, 1, 5, 2)
+    else:
+        t = x.reshape(b, c2, bs, bs, h, w).transpose(0, 1, 4, 2, 5, 3)
+    np.copyto(out.reshape(b, c2, h, bs, w, bs), t)
+
+
+@lib.op("SpaceToDepth", since_version=(1, 13, 28), infer_dtype=same_dtype(0))
+def _space_to_depth_shape(ctx):
+    """SpaceToDepth: (N, C, H, W) -> (N, C*b^2, H/b, W/b), modes DCR / CRD (>=28).
+
+    Raises InvalidRank, BlocksizeMismatch (H or W not divisible by b). Source: ONNX
+    operator spec, SpaceToDepth-28.
+    """
+    (n, c, h, w), bs, _ = _block_args(ctx)
+    for name, d in (("height", h), ("width", w)):
+        if isinstance(d, int) and d % bs:
+            ctx.fail(f"{name} {d} is not divisible by blocksize {bs}", kind="BlocksizeMismatch")
+    return [(n, c * bs * bs, h // bs, w // bs)]
+
+
+@lib.kernel("SpaceToDepth")
+def _space_to_depth(inputs, outputs, ctx):
+    """SpaceToDepth: reshape/transpose into a 6-D view of the output."""
+    x, out = inputs[0], outputs[0]
+    bs, mode = ctx.attr("blocksize"), ctx.attr("mode", "DCR")
+    b, c, h, w = x.shape
+    t = x.reshape(b, c, h // bs, bs, w // bs, bs)
+    if mode == "DCR":
+        np.copyto(out.reshape(b, bs, bs, c, h // bs, w // bs), t.transpose(0, 3, 5, 1, 2, 4))
+    else:
+        np.copyto(out.reshape(b, c, bs, bs, h // bs, w // bs), t.transpose(0, 1, 3, 5, 2, 4))
+
+
+# OneHot, Trilu, Where, NonZero --------------------------------------------------------
+
+def _onehot_dtype(ctx):
+    return [ctx.dtype(2)]
+
+
+def _depth_value(ctx) -> int | None:
+    v = ctx.value(1)
+    if v is None:
+        return None
+    vals = value_list(v)
+    if len(vals) != 1:
+        ctx.fail(f"depth must hold one value, got {len(vals)}", kind="InvalidScalarInput")
+    if isinstance(vals[0], Expr):
+        return None
+    return int(vals[0])
+
+
+@lib.op("OneHot", since_version=(9, 11, 28), infer_dtype=_onehot_dtype, value_inputs=(1,))
+def _onehot_shape(ctx):
+    """OneHot: a new axis of size ``depth`` at ``axis``; on_value where the index hits.
+
+    values = [off, on]; indices outside [-depth, depth-1] give all off. Output dtype is
+    values'. Raises InvalidValues, OneHotNegativeDepth. Source: ONNX operator spec, OneHot-11.
+    """
+    idx, vals = ctx.shape(0), ctx.shape(2)
+    if len(vals) != 1 or (isinstance(vals[0], int) and vals[0] != 2):
+        ctx.fail("values must be a 1-D tensor [off_value, on_value] of 2 elements", kind="InvalidValues")
+    axis = normalize_axis(ctx, ctx.attr("axis", -1), len(idx) + 1)
+    depth = _depth_value(ctx)
+    if depth is None:
+        depth = ctx.new_dim()
+    elif depth < 0:
+        ctx.fail(f"depth {depth} must be >= 0", kind="OneHotNegativeDepth")
+    return [tuple(idx[:axis]) + (depth,) + tuple(idx[axis:])]
+
+
+@lib.kernel("OneHot")
+def _onehot(inputs, outputs, ctx):
+    """OneHot: compare the normalised indices with an arange along the new axis."""
+    idx, depth, values = inputs
+    axis = normalize_axis(ctx, ctx.attr("axis", -1), idx.ndim + 1)
+    depth = int(np.asarray(depth).reshape(-1)[0])
+    out = outputs[0]
+    if out is None:
+        shape = idx.shape[:axis] + (depth,) + idx.shape[axis:]
+        out = np.empty(shape, dtype=values.dtype)
+    i = idx.astype(np.int64) if idx.dtype.kind in "iu" else np.trunc(idx.astype(np.float64)).astype(np.int64)
+    i = np.expand_dims(np.where(i < 0, i + depth, i), axis)
+    positions = np.arange(depth).reshape((depth,) + (1,) * (idx.ndim - axis))
+    off, on = values.reshape(-1)[0], values.reshape(-1)[1]
+    out.fill(off)
+    np.copyto(out, on, where=(i == positions))
+    return None if outputs[0] is not None else [out]
+
+
+@lib.op("Trilu", since_version=14, infer_dtype=same_dtype(0))
+def _trilu_shape(ctx):
+    """Trilu: keep the upper (``upper=1``) or lower triangle of the last two axes, offset k.
+
+    Raises InvalidRank (rank < 2). Source: ONNX operator spec, Trilu-14.
+    """
+    shape = ctx.shape(0)
+    if len(shape) < 2:
+        ctx.fail(f"input must have rank >= 2, got {len(shape)}", kind="InvalidRank")
+    return [tuple(shape)]
+
+
+@lib.kernel("Trilu")
+def _trilu(inputs, outputs, ctx):
+    """Trilu: zero the other triangle through a (N, M) mask."""
+    x, out = inputs[0], outputs[0]
+    k = int(inputs[1].reshape(-1)[0]) if len(inputs) > 1 and inputs[1] is not None else 0
+    n, m = x.shape[-2:]
+    keep_lower = np.tri(n, m, k, dtype=bool)  # j - i <= k
+    mask = keep_lower if ctx.attr("upper", 1) == 0 else ~np.tri(n, m, k - 1, dtype=bool)
+    out.fill(0)
+    np.copyto(out, x, where=mask)
+
+
+def _where_value(ctx):
+    cond, x, y = ctx.value(0), ctx.value(1), ctx.value(2)
+    if cond is None or x is None or y is None or np.asarray(cond).dtype == object:
+        return [None]
+    x, y = np.asarray(x), np.asarray(y)
+    if x.dtype == object or y.dtype == object:
+        x, y = x.astype(object), y.astype(object)
+    return [np.where(np.asarray(cond, dtype=bool), x, y)]
+
+
+@lib.op("Where", since_version=(9, 16), infer_dtype=same_dtype(1), propagate_value=_where_value)
+def _where_shape(ctx):
+    """Where: ``condition ? X : Y`` with three-way multidirectional broadcasting.
+
+    Raises BroadcastMismatch. Source: ONNX operator spec, Where-16.
+    """
+    return [broadcast_shapes(ctx, ctx.shape(0), ctx.shape(1), ctx.shape(2))]
+
+
+@lib.kernel("Where", dtype_input=1)
+def _where(inputs, outputs, ctx):
+    """Where: copy Y, then X where the condition holds (both broadcast)."""
+    cond, x, y = inputs
+    np.copyto(outputs[0], y)
+    np.copyto(outputs[0], x, where=cond.astype(bool, copy=False))
+
+
+@lib.op("NonZero", since_version=(9, 13), infer_dtype=fixed_dtype(np.int64), data_dependent=True)
+def _nonzero_shape(ctx):
+    """NonZero: (rank, count) int64 indices of the non-zero elements, row-major order.
+
+    The count depends on data. A scalar counts as rank 1 (as onnxruntime). Source: ONNX
+    operator spec, NonZero-13.
+    """
+    return [(max(len(ctx.shape(0)), 1), ctx.new_dim())]
+
+
+@lib.kernel("NonZero")
+def _nonzero(inputs, outputs, ctx):
+    """NonZero: np.nonzero stacked as a (rank, count) int64 array."""
+    x = inputs[0]
+    x = x.reshape(1) if x.ndim == 0 else x
+    if x.dtype.kind == "V":
+        x = x.astype(np.float32)
+    return [np.asarray(np.nonzero(x), dtype=np.int64).reshape(x.ndim, -1)]
+
+
+# TopK, CumSum --------------------------------------------------------------------------
+
+def _topk_k(ctx) -> int | None:
+    if ctx.opset < 10:
+        k = ctx.attr("k")
+        if k is None:
+            ctx.fail("attribute 'k' is required", kind="MissingAttribute")
+        return k
+    return _scalar_int(ctx, 1, "K")
+
+
+@lib.op("TopK", since_version=(1, 10, 11, 24), infer_dtype=lambda ctx: [ctx.dtype(0), np.dtype(np.int64)],
+        value_inputs=(1,))
+def _topk_shape(ctx):
+    """TopK: the k largest (or smallest, ``largest=0``) values along ``axis`` and their indices.
+
+    Outputs (values, int64 indices), dim ``axis`` becomes k; ties go to the lower index.
+    Raises TopKInvalidK (k < 0 or k > dim). Source: ONNX operator spec, TopK-24.
+    """
+    shape = ctx.shape(0)
+    axis = normalize_axis(ctx, ctx.attr("axis", -1), len(shape))
+    k = _topk_k(ctx)
+    if k is None:
+        k = ctx.new_dim()
+    elif k < 0 or (isinstance(shape[axis], int) and k > shape[axis]):
+        ctx.fail(f"k = {k} must be in [0, {shape[axis]}] (the size of axis {axis})", kind="TopKInvalidK")
+    out = tuple(shape[:axis]) + (k,) + tuple(shape[axis + 1:])
+    return [out, out]
+
+
+def _topk_prepare(ctx):
+    axis = normalize_axis(ctx, ctx.attr("axis", -1), len(ctx.input_shapes[0]))
+    largest = ctx.attr("largest", 1) if ctx.opset >= 11 else 1
+    k = ctx.output_shapes[0][axis] if ctx.output_shapes else None
+    return axis, k if isinstance(k, int) else None, bool(largest)
+
+
+def _topk_sorted(key: np.ndarray, k: int, largest: bool) -> np.ndarray:
+    """Indices of the top k along the last axis by a full stable sort (ties: lower index first)."""
+    n = key.shape[-1]
+    if largest:  # stable sort of the reversed row, read backwards
+        order = np.argsort(key[..., ::-1], axis=-1, kind="stable")[..., ::-1]
+        return (n - 1) - order[..., :k]
+    return np.argsort(key, axis=-1, kind="stable")[..., :k]
+
+
+def _topk_partition(key: np.ndarray, k: int, largest: bool) -> np.ndarray | None:
+    """The same as :func:`_topk_sorted` for rows (2-D key) with k much smaller than n, in O(n):
+    a partition finds the k-th value; among elements equal to it the lowest indices are kept.
+    None when the key holds NaN (then the full sort decides: NaN sorts as the largest)."""
+    if key.dtype.kind == "f" and np.isnan(key).any():
+        return None
+    n = key.shape[-1]
+    kth = np.partition(key, n - k if largest else k - 1, axis=-1)[:, [n - k if largest else k - 1]]
+    strict = key > kth if largest else key < kth
+    equal = key == kth
+    need = k - strict.sum(axis=-1, keepdims=True)
+    chosen = strict | (equal & (np.cumsum(equal, axis=-1) <= need))
+    cand = np.nonzero(chosen)[1].reshape(key.shape[0], k)  # ascending index per row
+    order = _topk_sorted(np.take_along_axis(key, cand, axis=-1), k, largest)
+    return np.take_along_axis(cand, order, axis=-1)
+
+
+@lib.kernel("TopK", prepare=_topk_prepare)
+def _topk(inputs, outputs, prepared):
+    """TopK: partition + stable sort of the k candidates (ties keep the lower index first)."""
+    axis, k, largest = prepared
+    x = inputs[0]
+    if k is None:  # K was not known when the node was planned
+        k = int(np.asarray(inputs[1]).reshape(-1)[0])
+    key = np.moveaxis(x.astype(_compute_dtype(x.dtype), copy=False), axis, -1)
+    n = key.shape[-1]
+    top = None
+    if 0 < k and 4 * k < n and key.size:
+        top = _topk_partition(key.reshape(-1, n), k, largest)
+        if top is not None:
+            top = top.reshape(key.shape[:-1] + (k,))
+    if top is None:
+        top = _topk_sorted(key, k, largest)
+    top = np.moveaxis(top, -1, axis)
+    values = np.take_along_axis(x, top, axis=axis)
+    if outputs[0] is None or outputs[1] is None:
+        return [values, top]
+    np.copyto(outputs[1], top)
+    np.copyto(outputs[0], values)
+    return None
+
+
+@lib.op("CumSum", since_version=(11, 14), infer_dtype=same_dtype(0))
+def _cumsum_shape(ctx):
+    """CumSum: cumulative sum along the ``axis`` input; ``exclusive`` and ``reverse`` attrs.
+
+    Output has the input's shape and dtype. Raises AxisOutOfRange, InvalidScalarInput.
+    Source: ONNX operator spec, CumSum-14.
+    """
+    shape = ctx.shape(0)
+    axis = _scalar_int(ctx, 1, "axis")
+    if axis is not None:
+        normalize_axis(ctx, axis, len(shape))
+    return [tuple(shape)]
+
+
+@lib.kernel("CumSum")
+def _cumsum(inputs, outputs, ctx):
+    """CumSum: np.cumsum in the input dtype (float32 for 16-bit floats)."""
+    x, out = inputs[0], outputs[0]
+    axis = normalize_axis(ctx, int(np.asarray(inputs[1]).reshape(-1)[0]), x.ndim)
+    reverse, exclusive = ctx.attr("reverse", 0), ctx.attr("exclusive", 0)
+    cdt = _compute_dtype(x.dtype)
+    y = x.astype(cdt, copy=False)
+    if reverse:
+        y = np.flip(y, axis)
+    res = np.cumsum(y, axis=axis, dtype=cdt)
+    if exclusive:
+        shifted = np.zeros_like(res)
+        lead = (slice(None),) * axis
+        shifted[lead + (slice(1, None),)] = res[lead + (slice(None, -1),)]
+        res = shifted
+    if reverse:
+        res = np.flip(res, axis)
+    np.copyto(out, res, casting="unsafe")

@@ -1,0 +1,411 @@
+"""Tests of the nn family: Conv, ConvTranspose, pools, normalisations.
+
+float32 values are checked against onnxruntime on random inputs (rtol 1e-4, atol 1e-5);
+float64 and a few cases ORT lacks against onnx.reference.ReferenceEvaluator.
+"""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+from onnx.reference import ReferenceEvaluator
+
+import dynashape
+from dynashape.dtypes import onnx_type
+from dynashape.model import Node
+from dynashape.records import InferContext
+from dynashape.registry import get_registry
+from dynashape.symbolic import sym
+from dynashape.testing import infer_node, run_node
+
+ort = pytest.importorskip("onnxruntime")
+
+RNG = np.random.default_rng(1234)
+
+
+def rand(*shape, dtype=np.float32):
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+def _model(op, inputs, attrs, opset, n_out):
+    ins = [helper.make_tensor_value_info(f"i{k}", onnx_type(a.dtype), a.shape)
+           for k, a in enumerate(inputs) if a is not None]
+    names = [f"i{k}" if a is not None else "" for k, a in enumerate(inputs)]
+    outs = [onnx.ValueInfoProto(name=f"o{k}") for k in range(n_out)]
+    node = helper.make_node(op, names, [f"o{k}" for k in range(n_out)], **attrs)
+    m = helper.make_model(helper.make_graph([node], "g", ins, outs),
+                          opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    feeds = {f"i{k}": a for k, a in enumerate(inputs) if a is not None}
+    return m, feeds
+
+
+def expected_ort(op, inputs, attrs, opset, n_out=1):
+    m, feeds = _model(op, inputs, attrs, opset, n_out)
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def expected_ref(op, inputs, attrs, opset, n_out=1):
+    m, feeds = _model(op, inputs, attrs, opset, n_out)
+    return ReferenceEvaluator(m).run(None, feeds)
+
+
+def check(op, inputs, attrs, *, opset=21, n_out=1, ref=expected_ort, rtol=1e-4, atol=1e-5):
+    exp = ref(op, inputs, attrs, opset, n_out)
+    got = run_node(op, inputs, attrs, opset=opset, n_outputs=n_out)
+    assert len(got) == n_out
+    for e, g in zip(exp, got):
+        e = np.asarray(e)
+        assert g.shape == e.shape
+        assert g.dtype == e.dtype
+        np.testing.assert_allclose(g.astype(np.float64), e.astype(np.float64), rtol=rtol, atol=atol)
+    return got
+
+
+def infer_symbolic(op, shapes, dtypes, attrs, opset=21, n_out=1):
+    node = Node("n", op, "", tuple(f"i{k}" for k in range(len(shapes))),
+                tuple(f"o{k}" for k in range(n_out)), dict(attrs))
+    ctx = InferContext(node, opset, list(shapes), [np.dtype(d) for d in dtypes], [None] * len(shapes),
+                       symbolic=True)
+    return get_registry().resolve_op("", op, opset).infer_shape(ctx)
+
+
+# ------------------------------------------------------------------------------ Conv
+
+CONV_CASES = [
+    ((2, 4, 9, 10), (6, 4, 3, 3), True, {}),
+    ((2, 4, 9, 10), (6, 4, 3, 3), True, {"pads": [1, 2, 0, 1], "strides": [2, 1], "dilations": [1, 2]}),
+    ((2, 4, 9, 10), (6, 2, 3, 3), False, {"group": 2, "auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+    ((2, 4, 9, 10), (6, 2, 3, 3), False, {"group": 2, "auto_pad": "SAME_LOWER", "strides": [2, 3]}),
+    ((2, 4, 9, 10), (6, 4, 2, 3), False, {"auto_pad": "VALID", "strides": [2, 2]}),
+    ((2, 4, 9, 10), (8, 1, 3, 3), True, {"group": 4, "pads": [1, 1, 1, 1]}),            # multiplier 2
+    ((2, 4, 9, 10), (4, 1, 3, 3), True, {"group": 4, "pads": [1, 1, 1, 1]}),            # depthwise
+    ((2, 4, 9, 10), (4, 1, 3, 3), False, {"group": 4, "pads": [0, 1, 2, 1], "strides": [2, 3],
+                                          "dilations": [2, 1]}),
+    ((1, 4, 9, 10), (4, 1, 5, 5), True, {"group": 4, "auto_pad": "SAME_UPPER"}),
+    ((2, 4, 9), (8, 4, 3), True, {"strides": [2], "pads": [1, 0]}),                       # 1-D
+    ((1, 3, 5, 6, 7), (4, 3, 2, 3, 2), True, {"pads": [1, 0, 1, 0, 1, 1]}),                # 3-D
+    ((1, 3, 5, 6), (4, 3, 1, 1), True, {}),                                                # pointwise
+    ((1, 3, 5, 6), (4, 3, 1, 1), False, {"strides": [2, 2]}),
+    ((2, 3, 7, 8), (5, 3, 3, 3), False, {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+]
+
+
+@pytest.mark.parametrize("xs,ws,bias,attrs", CONV_CASES)
+def test_conv_matches_ort(xs, ws, bias, attrs):
+    inputs = [rand(*xs), rand(*ws)] + ([rand(ws[0])] if bias else [])
+    check("Conv", inputs, attrs)
+
+
+def test_conv_banded_im2col(monkeypatch):
+    from dynashape.ops_builtin import nn
+    monkeypatch.setattr(nn, "_COLS_BYTES", 2000)
+    for xs, ws, bias, attrs in CONV_CASES:
+        inputs = [rand(*xs), rand(*ws)] + ([rand(ws[0])] if bias else [])
+        check("Conv", inputs, attrs)
+
+
+@pytest.mark.parametrize("opset", [1, 11, 22])
+def test_conv_versions_and_float64(opset):
+    inputs = [rand(1, 2, 6, 5, dtype=np.float64), rand(3, 2, 3, 3, dtype=np.float64),
+              rand(3, dtype=np.float64)]
+    check("Conv", inputs, {"pads": [1, 1, 1, 1]}, opset=opset, ref=expected_ref, rtol=1e-10, atol=1e-10)
+
+
+def test_conv_float16_and_bfloat16():
+    x, w = rand(1, 2, 6, 5), rand(3, 2, 3, 3)
+    (y32,) = run_node("Conv", [x, w], {})
+    (y16,) = run_node("Conv", [x.astype(np.float16), w.astype(np.float16)], {})
+    assert y16.dtype == np.float16
+    np.testing.assert_allclose(y16.astype(np.float32), y32, rtol=2e-2, atol=2e-2)
+    bf = np.dtype(ml_dtypes.bfloat16)
+    (ybf,) = run_node("Conv", [x.astype(bf), w.astype(bf)], {}, opset=22)
+    assert ybf.dtype == bf
+    np.testing.assert_allclose(ybf.astype(np.float32), y32, rtol=5e-2, atol=1e-1)
+
+
+def test_conv_symbolic_shapes():
+    n, h, w = sym("N"), sym("H"), sym("W")
+    (shape,) = infer_symbolic("Conv", [(n, 3, h, w), (8, 3, 3, 3)], ["float32"] * 2,
+                              {"pads": [1, 1, 1, 1], "strides": [2, 2]})
+    assert shape == (n, 8, (h - 1) // 2 + 1, (w - 1) // 2 + 1)
+    (shape,) = infer_symbolic("Conv", [(n, 3, h, w), (8, 3, 3, 3)], ["float32"] * 2,
+                              {"auto_pad": "SAME_UPPER", "strides": [2, 2]})
+    assert shape == (n, 8, (h + 1) // 2, (w + 1) // 2)
+
+
+def test_conv_errors():
+    x, w = rand(1, 4, 5, 5), rand(6, 4, 3, 3)
+    with pytest.raises(dynashape.ShapeInferenceError, match="input channels 4 must equal"):
+        infer_node("Conv", [x, rand(6, 3, 3, 3)])
+    with pytest.raises(dynashape.ShapeInferenceError, match="divisible by group"):
+        infer_node("Conv", [x, rand(5, 2, 3, 3)], {"group": 2})
+    with pytest.raises(dynashape.ShapeInferenceError, match="bias B must have shape"):
+        infer_node("Conv", [x, w, rand(5)])
+    with pytest.raises(dynashape.ShapeInferenceError, match="rank"):
+        infer_node("Conv", [x, rand(6, 4, 3)])
+    with pytest.raises(dynashape.ShapeInferenceError, match="kernel_shape .* does not match"):
+        infer_node("Conv", [x, w], {"kernel_shape": [2, 2]})
+    with pytest.raises(dynashape.ShapeInferenceError, match="'pads' has 2 values, expected 4"):
+        infer_node("Conv", [x, w], {"pads": [1, 1]})
+    with pytest.raises(dynashape.ShapeInferenceError, match="auto_pad 'SAME' is not one of"):
+        infer_node("Conv", [x, w], {"auto_pad": "SAME"})
+    with pytest.raises(dynashape.ShapeInferenceError, match="smaller than the kernel"):
+        infer_node("Conv", [rand(1, 4, 2, 2), w])
+    with pytest.raises(dynashape.ShapeInferenceError, match="'strides' .* must be >= 1"):
+        infer_node("Conv", [x, w], {"strides": [0, 1]})
+
+
+def test_conv_empty_batch():
+    (y,) = run_node("Conv", [rand(0, 2, 5, 5), rand(3, 2, 3, 3), rand(3)], {"pads": [1, 1, 1, 1]})
+    assert y.shape == (0, 3, 5, 5)
+    (y,) = run_node("Conv", [rand(0, 2, 5, 5), rand(2, 1, 3, 3)], {"group": 2})
+    assert y.shape == (0, 2, 3, 3)
+
+
+# ------------------------------------------------------------------------------ ConvTranspose
+
+CONVT_CASES = [
+    ((2, 4, 5, 6), (4, 3, 3, 3), True, {}),
+    ((2, 4, 5, 6), (4, 3, 3, 3), True, {"strides": [2, 2], "pads": [1, 0, 1, 2], "output_padding": [1, 0]}),
+    ((2, 4, 5, 6), (4, 3, 2, 2), True, {"strides": [2, 2]}),                      # tiling
+    ((2, 4, 5, 6), (4, 2, 3, 3), False, {"strides": [2, 2], "group": 2, "dilations": [2, 1]}),
+    ((2, 4, 5, 6), (4, 2, 3, 3), False, {"strides": [2, 2], "auto_pad": "SAME_UPPER"}),
+    ((2, 4, 5, 6), (4, 2, 3, 3), False, {"strides": [2, 2], "auto_pad": "SAME_LOWER"}),
+    ((2, 4, 5, 6), (4, 2, 3, 3), False, {"strides": [3, 2], "output_shape": [16, 12]}),
+    ((2, 4, 5, 6), (4, 2, 3, 3), False, {"strides": [3, 2], "output_shape": [14, 12]}),
+    ((2, 4, 5), (4, 2, 3), True, {"strides": [3]}),                                # 1-D
+    ((1, 2, 3, 4, 3), (2, 3, 2, 2, 3), False, {"strides": [2, 1, 2], "pads": [0, 1, 0, 1, 0, 1]}),  # 3-D
+    ((2, 4, 5, 6), (4, 1, 3, 3), True, {"group": 4, "strides": [2, 2]}),           # depthwise
+]
+
+
+@pytest.mark.parametrize("xs,ws,bias,attrs", CONVT_CASES)
+def test_conv_transpose_matches_ort(xs, ws, bias, attrs):
+    inputs = [rand(*xs), rand(*ws)] + ([rand(ws[1] * attrs.get("group", 1))] if bias else [])
+    check("ConvTranspose", inputs, attrs)
+
+
+def test_conv_transpose_float64_reference():
+    inputs = [rand(1, 2, 4, 4, dtype=np.float64), rand(2, 3, 3, 3, dtype=np.float64)]
+    check("ConvTranspose", inputs, {"strides": [2, 2], "output_padding": [1, 1]}, opset=11,
+          ref=expected_ref, rtol=1e-10, atol=1e-10)
+
+
+def test_conv_transpose_shapes_and_errors():
+    shapes, dtypes = infer_node("ConvTranspose", [rand(1, 4, 5, 6), rand(4, 3, 3, 3)],
+                                {"strides": [2, 2], "output_shape": [1, 3, 11, 13]})
+    assert shapes == [(1, 3, 11, 13)] and dtypes == [np.float32]
+    h = sym("H")
+    (shape,) = infer_symbolic("ConvTranspose", [(1, 4, h, 6), (4, 3, 3, 3)], ["float32"] * 2,
+                              {"strides": [2, 2]})
+    assert shape == (1, 3, 2 * h + 1, 13)
+    (shape,) = infer_symbolic("ConvTranspose", [(1, 4, h, 6), (4, 3, 3, 3)], ["float32"] * 2,
+                              {"strides": [2, 2], "auto_pad": "SAME_UPPER"})
+    assert shape == (1, 3, 2 * h, 12)
+    with pytest.raises(dynashape.ShapeInferenceError, match="must equal W.shape\\[0\\]"):
+        infer_node("ConvTranspose", [rand(1, 4, 5, 6), rand(3, 3, 3, 3)])
+    with pytest.raises(dynashape.ShapeInferenceError, match="output_padding"):
+        infer_node("ConvTranspose", [rand(1, 4, 5, 6), rand(4, 3, 3, 3)], {"output_padding": [1, 1]})
+    with pytest.raises(dynashape.ShapeInferenceError, match="bias B"):
+        infer_node("ConvTranspose", [rand(1, 4, 5, 6), rand(4, 3, 3, 3), rand(4)])
+
+
+# ------------------------------------------------------------------------------ pools
+
+POOL_ATTRS = [
+    {"kernel_shape": [3, 3]},
+    {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+    {"kernel_shape": [3, 2], "strides": [2, 2], "ceil_mode": 1},
+    {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": 1},
+    {"kernel_shape": [3, 3], "auto_pad": "SAME_UPPER", "strides": [2, 2]},
+    {"kernel_shape": [3, 3], "auto_pad": "SAME_LOWER", "strides": [2, 2]},
+    {"kernel_shape": [2, 2], "auto_pad": "VALID", "strides": [2, 2]},
+    {"kernel_shape": [2, 2], "dilations": [2, 2], "pads": [1, 0, 1, 1]},
+]
+
+
+@pytest.mark.parametrize("attrs", POOL_ATTRS)
+def test_max_pool_matches_ort(attrs):
+    x = rand(2, 3, 9, 10)
+    check("MaxPool", [x], attrs)
+    check("MaxPool", [x], attrs, n_out=2)
+    check("MaxPool", [x], dict(attrs, storage_order=1), n_out=2)
+
+
+@pytest.mark.parametrize("attrs", POOL_ATTRS)
+@pytest.mark.parametrize("include_pad", [0, 1])
+def test_average_pool_matches_ort(attrs, include_pad):
+    check("AveragePool", [rand(2, 3, 9, 10)], dict(attrs, count_include_pad=include_pad))
+
+
+@pytest.mark.parametrize("attrs", POOL_ATTRS[:4])
+@pytest.mark.parametrize("p", [1, 2, 3])
+def test_lp_pool_matches_ort(attrs, p):
+    check("LpPool", [rand(2, 3, 9, 10)], dict(attrs, p=p), opset=18)
+
+
+def test_pools_1d_3d_and_versions():
+    check("MaxPool", [rand(2, 3, 11)], {"kernel_shape": [3], "strides": [2]}, n_out=2)
+    check("AveragePool", [rand(2, 3, 11)], {"kernel_shape": [3], "pads": [1, 1]}, opset=7)
+    check("MaxPool", [rand(1, 2, 5, 6, 7)], {"kernel_shape": [2, 3, 2], "pads": [1, 0, 1, 0, 1, 1]}, n_out=2)
+    check("AveragePool", [rand(1, 2, 5, 6, 7)], {"kernel_shape": [2, 2, 2], "strides": [2, 2, 2]})
+    check("MaxPool", [rand(1, 2, 6, 6)], {"kernel_shape": [2, 2]}, opset=1, ref=expected_ref)
+    check("AveragePool", [rand(1, 2, 6, 6)], {"kernel_shape": [2, 2]}, opset=1, ref=expected_ref)
+    check("LpPool", [rand(1, 2, 6, 6)], {"kernel_shape": [2, 2], "p": 2}, opset=11)
+
+
+def test_max_pool_int8_uint8_float16():
+    for dt in (np.int8, np.uint8):
+        x = RNG.integers(0, 100, (1, 2, 6, 7)).astype(dt)
+        check("MaxPool", [x], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "strides": [2, 2]}, opset=12)
+    x = rand(1, 2, 6, 7, dtype=np.float16)
+    check("MaxPool", [x], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, rtol=0, atol=0)
+    check("AveragePool", [x], {"kernel_shape": [3, 3]}, rtol=1e-2, atol=1e-2)
+
+
+def test_pool_float64_reference():
+    x = rand(1, 2, 7, 6, dtype=np.float64)
+    check("AveragePool", [x], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1},
+          ref=expected_ref, rtol=1e-10, atol=1e-12)
+    check("MaxPool", [x], {"kernel_shape": [3, 3], "dilations": [2, 1]}, ref=expected_ref)
+
+
+def test_pool_symbolic_and_errors():
+    n, h = sym("N"), sym("H")
+    shapes = infer_symbolic("MaxPool", [(n, 3, h, 10)], ["float32"],
+                            {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, n_out=2)
+    assert shapes[0] == (n, 3, (h - 1) // 2 + 1, 5) and shapes[1] == shapes[0]
+    (shape,) = infer_symbolic("AveragePool", [(n, 3, h, 10)], ["float32"],
+                              {"kernel_shape": [3, 3], "strides": [2, 2], "auto_pad": "SAME_LOWER"})
+    assert shape == (n, 3, (h + 1) // 2, 5)
+    assert infer_node("MaxPool", [rand(1, 1, 4, 4)], {"kernel_shape": [2, 2]}, n_outputs=2)[1] == \
+        [np.float32, np.int64]
+    x = rand(1, 2, 5, 5)
+    with pytest.raises(dynashape.ShapeInferenceError, match="'kernel_shape' is required"):
+        infer_node("MaxPool", [x], {})
+    with pytest.raises(dynashape.ShapeInferenceError, match="kernel_shape .* expected 2"):
+        infer_node("AveragePool", [x], {"kernel_shape": [2]})
+    with pytest.raises(dynashape.ShapeInferenceError, match="'dilations' is not defined"):
+        infer_node("AveragePool", [x], {"kernel_shape": [2, 2], "dilations": [2, 2]}, opset=11)
+    with pytest.raises(dynashape.ShapeInferenceError, match="rank >= 3"):
+        infer_node("MaxPool", [rand(2, 5)], {"kernel_shape": [2]})
+    with pytest.raises(dynashape.ShapeInferenceError, match="expected a floating-point"):
+        infer_node("AveragePool", [x.astype(np.int32)], {"kernel_shape": [2, 2]})
+    with pytest.raises(dynashape.ShapeInferenceError, match="not allowed"):
+        infer_node("MaxPool", [x.astype(np.int32)], {"kernel_shape": [2, 2]})
+
+
+@pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"])
+def test_global_pools(op):
+    check(op, [rand(2, 3, 5, 6)], {})
+    check(op, [rand(2, 3, 7)], {})
+    for x, opset in ((rand(2, 3, 7), 1), (rand(1, 2, 3, 4, 5, dtype=np.float64), 22)):
+        (y,) = run_node(op, [x], {}, opset=opset)
+        axes = tuple(range(2, x.ndim))
+        hand = {"GlobalAveragePool": x.mean(axes), "GlobalMaxPool": x.max(axes),
+                "GlobalLpPool": np.sqrt((x * x).sum(axes))}[op]
+        assert y.dtype == x.dtype and y.shape == x.shape[:2] + (1,) * len(axes)
+        np.testing.assert_allclose(y.reshape(hand.shape), hand, rtol=1e-6, atol=1e-7)
+    (y,) = run_node(op, [rand(2, 3, 4, 4, dtype=np.float16)], {})
+    assert y.shape == (2, 3, 1, 1) and y.dtype == np.float16
+    with pytest.raises(dynashape.ShapeInferenceError, match="rank >= 3"):
+        infer_node(op, [rand(2, 3)])
+
+
+# ------------------------------------------------------------------------------ normalisations
+
+@pytest.mark.parametrize("opset", [6, 7, 9, 14, 15])
+def test_batch_norm_inference(opset):
+    x = rand(2, 3, 5, 6)
+    params = [rand(3), rand(3), rand(3), np.abs(rand(3)) + 0.1]
+    attrs = {"epsilon": 1e-3}
+    if opset < 7:
+        attrs["is_test"] = 1
+    check("BatchNormalization", [x] + params, attrs, opset=opset, ref=expected_ref if opset < 7 else expected_ort)
+    check("BatchNormalization", [rand(4, 3)] + params, {}, opset=max(opset, 7))
+
+
+def test_batch_norm_spatial0_and_training():
+    x = rand(2, 3, 4)
+    params = [rand(3, 4), rand(3, 4), rand(3, 4), np.abs(rand(3, 4)) + 0.1]
+    scale, b, mean, var = params
+    (y,) = run_node("BatchNormalization", [x] + params, {"spatial": 0}, opset=7)
+    np.testing.assert_allclose(y, (x - mean) / np.sqrt(var + 1e-5) * scale + b, rtol=1e-5, atol=1e-6)
+    x = rand(4, 3, 5, 5)
+    params = [rand(3), rand(3), rand(3), np.abs(rand(3)) + 0.1]
+    check("BatchNormalization", [x] + params, {"training_mode": 1, "momentum": 0.8}, opset=15, n_out=3,
+          ref=expected_ref, rtol=1e-4, atol=1e-5)
+    with pytest.raises(dynashape.ShapeInferenceError, match="training_mode=1"):
+        infer_node("BatchNormalization", [x] + params, {}, opset=15, n_outputs=3)
+    with pytest.raises(dynashape.ShapeInferenceError, match="scale must have shape"):
+        infer_node("BatchNormalization", [x, rand(4)] + params[1:], {}, opset=15)
+
+
+def test_batch_norm_half_types():
+    x = rand(2, 3, 4, 4)
+    params = [rand(3), rand(3), rand(3), np.abs(rand(3)) + 0.1]
+    (y32,) = run_node("BatchNormalization", [x] + params, {}, opset=15)
+    (y16,) = run_node("BatchNormalization", [x.astype(np.float16)] + params, {}, opset=15)
+    assert y16.dtype == np.float16
+    np.testing.assert_allclose(y16.astype(np.float32), y32, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("opset", [1, 6, 22])
+def test_instance_norm(opset):
+    check("InstanceNormalization", [rand(2, 3, 5, 6), rand(3), rand(3)], {"epsilon": 1e-3},
+          opset=max(opset, 6))
+    check("InstanceNormalization", [rand(2, 3, 7, dtype=np.float64), rand(3, dtype=np.float64),
+                                    rand(3, dtype=np.float64)], {}, opset=opset, ref=expected_ref, rtol=1e-9)
+    with pytest.raises(dynashape.ShapeInferenceError, match="scale must have shape"):
+        infer_node("InstanceNormalization", [rand(2, 3, 5), rand(4), rand(3)], opset=opset)
+
+
+@pytest.mark.parametrize("axis", [-1, -2, 1, 0])
+def test_layer_norm(axis):
+    x = rand(2, 3, 5, 6)
+    norm_shape = x.shape[axis % 4:]
+    check("LayerNormalization", [x, rand(*norm_shape), rand(*norm_shape)], {"axis": axis}, opset=17, n_out=3)
+    check("LayerNormalization", [x, rand(*norm_shape)], {"axis": axis, "epsilon": 1e-2}, opset=17)
+
+
+def test_layer_norm_dtypes_and_errors():
+    x = rand(2, 4, 8)
+    y, mean, inv = run_node("LayerNormalization", [x.astype(np.float16), rand(8).astype(np.float16)], {},
+                            opset=17, n_outputs=3)
+    assert y.dtype == np.float16 and mean.dtype == np.float32 and inv.dtype == np.float32
+    assert mean.shape == (2, 4, 1)
+    check("LayerNormalization", [x.astype(np.float64), rand(8, dtype=np.float64)], {}, opset=17,
+          ref=expected_ref, rtol=1e-9)
+    with pytest.raises(dynashape.ShapeInferenceError, match="out of range"):
+        infer_node("LayerNormalization", [x, rand(8)], {"axis": 3}, opset=17)
+    with pytest.raises(dynashape.ShapeInferenceError, match="not broadcastable"):
+        infer_node("LayerNormalization", [x, rand(5)], {}, opset=17)
+
+
+def test_group_norm():
+    x = rand(2, 6, 4, 5)
+    check("GroupNormalization", [x, rand(6), rand(6)], {"num_groups": 3, "epsilon": 1e-3}, opset=21)
+    check("GroupNormalization", [x, rand(3), rand(3)], {"num_groups": 3}, opset=18, ref=expected_ref,
+          rtol=1e-4, atol=1e-5)
+    with pytest.raises(dynashape.ShapeInferenceError, match="divisible by num_groups"):
+        infer_node("GroupNormalization", [x, rand(4), rand(4)], {"num_groups": 4}, opset=21)
+    with pytest.raises(dynashape.ShapeInferenceError, match="scale must have shape"):
+        infer_node("GroupNormalization", [x, rand(3), rand(3)], {"num_groups": 3}, opset=21)
+    with pytest.raises(dynashape.ShapeInferenceError, match="'num_groups' is required"):
+        infer_node("GroupNormalization", [x, rand(6), rand(6)], {}, opset=21)
+
+
+def test_all_versions_registered():
+    import onnx.defs
+    reg = get_registry()
+    for op in ("Conv", "ConvTranspose", "AveragePool", "MaxPool", "GlobalAveragePool", "GlobalMaxPool",
+               "LpPool", "GlobalLpPool", "BatchNormalization", "InstanceNormalization",
+               "LayerNormalization", "GroupNormalization"):
+        versions = {s.since_version for s in onnx.defs.get_all_schemas_with_history()
+                    if s.name == op and s.domain == ""}
+        for v in versions:
+            assert reg.resolve_op("", op, v).since_version == v
