@@ -186,3 +186,40 @@ def _has_subgraph(pn: PreparedNode) -> bool:
 
 
 _ = ShapeInferenceError
+
+
+def fold_constants(pg: PreparedGraph, registry: Registry) -> int:
+    """Evaluate, once, every deterministic node whose inputs are all constants (Constant
+    nodes, weight transposes, shape arithmetic on initializers); their outputs become
+    constants and the nodes leave the graph. Returns how many nodes were folded.
+
+    A node that fails here is kept: the error then surfaces, with its node, at run time.
+    """
+    n = len(pg.names)
+    shapes: list = [None] * n
+    dtypes: list = [None] * n
+    values: list = [None] * n
+    for s, arr in pg.constants.items():
+        shapes[s], dtypes[s], values[s] = tuple(arr.shape), arr.dtype, arr
+    kept = []
+    for pn in pg.nodes:
+        ins = pn.all_inputs
+        if not pn.opdef.deterministic or _has_subgraph(pn) or any(i >= 0 and values[i] is None for i in ins):
+            kept.append(pn)
+            continue
+        try:
+            ctx = make_context(pn, shapes, dtypes, values)
+            _infer(pn, ctx)
+            kernel = kernel_for(registry, pn, ctx)
+            outs = [np.asarray(o) for o in run_node_now(pn, kernel, ctx, [values[i] if i >= 0 else None for i in ins])]
+        except DynashapeError:
+            kept.append(pn)
+            continue
+        for o, v in zip(pn.outputs, outs):
+            if o >= 0:
+                values[o], shapes[o], dtypes[o] = v, tuple(v.shape), v.dtype
+                pg.constants[o] = v
+    folded = len(pg.nodes) - len(kept)
+    pg.nodes = kept
+    pg.producer = {o: i for i, pn in enumerate(kept) for o in pn.outputs if o >= 0}
+    return folded

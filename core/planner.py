@@ -1,20 +1,35 @@
 """Memory planning: lifetimes over the execution order and arena offsets.
 
-The offset assignment follows TFLite's ``SimpleMemoryArena`` / ``ArenaPlanner`` and
-Pisarchyk & Lee, "Efficient Memory Management for Deep Neural Net Inference" (2020):
-greedy by size with best fit among lifetime-overlapping blocks, and greedy by breadth;
-the smaller arena wins. Every plan knows its lower bound (max over steps of the bytes
-live at that step), so ``arena_bytes / lower_bound_bytes`` says how close it is.
+Three small steps, as in TFLite's ``ArenaPlanner`` / ``SimpleMemoryArena``:
+
+1. :func:`lifetimes` -- one :class:`Block` per buffer a step writes, live from the step that
+   writes it to the last step that reads it. A view output (the op declares ``aliases``)
+   joins its source's block; an output computed in place (the kernel declares
+   ``may_inplace``) takes over the block of an input that dies at that step.
+2. :func:`order_by_size` / :func:`order_by_breadth` -- the order in which blocks are placed.
+3. :func:`place` -- best-fit offsets in that order among the lifetime-overlapping blocks
+   (Pisarchyk & Lee, "Efficient Memory Management for Deep Neural Net Inference", 2020).
+
+:func:`plan_offsets` runs both orders and keeps the smaller arena (greedy by breadth is
+skipped when greedy by size already reaches the lower bound). Every plan knows its lower
+bound (max over steps of the bytes live at that step), the naive total (every block its
+own buffer) and how long planning took.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Optional, Sequence
 
-__all__ = ["ALIGNMENT", "Block", "MemoryPlan", "align", "plan_offsets", "lower_bound", "check_no_overlap"]
+__all__ = ["ALIGNMENT", "Block", "MemoryPlan", "StepSpec", "align", "lifetimes", "conflicts",
+           "order_by_size", "order_by_breadth", "place", "plan_offsets", "lower_bound",
+           "check_no_overlap", "naive_bytes", "last_uses", "OWN", "VIEW", "INPLACE"]
 
 #: Byte alignment of every arena block.
 ALIGNMENT = 64
+
+#: How a tensor came to live in a block.
+OWN, VIEW, INPLACE = "own", "view", "inplace"
 
 
 def align(nbytes: int) -> int:
@@ -25,7 +40,9 @@ def align(nbytes: int) -> int:
 class Block:
     """One arena block: ``size`` bytes live from step ``first`` to step ``last`` (inclusive).
 
-    ``slots`` are the tensors that share it (a tensor and its views / in-place results).
+    ``slots`` are the tensors that share it: the one that made it, its views and the
+    outputs computed in place over it; ``kinds[i]`` (``own``/``view``/``inplace``) and
+    ``steps[i]`` say how and at which step ``slots[i]`` joined.
     """
 
     id: int
@@ -34,9 +51,17 @@ class Block:
     last: int
     slots: list = field(default_factory=list)
     offset: int = -1
+    kinds: list = field(default_factory=list)
+    steps: list = field(default_factory=list)
 
     def overlaps(self, other: "Block") -> bool:
         return self.first <= other.last and other.first <= self.last
+
+    def join(self, slot: int, kind: str, step: int, last: int) -> None:
+        self.slots.append(slot)
+        self.kinds.append(kind)
+        self.steps.append(step)
+        self.last = max(self.last, last)
 
 
 @dataclass
@@ -48,12 +73,180 @@ class MemoryPlan:
     planning_ms: float
     strategy: str
 
+    @property
+    def ratio(self) -> float:
+        """arena / lower bound (1.0 for an empty plan)."""
+        return self.arena_bytes / self.lower_bound_bytes if self.lower_bound_bytes else 1.0
 
-def lower_bound(blocks: list) -> int:
-    """Max over steps of the aligned bytes live at that step."""
+
+@dataclass
+class StepSpec:
+    """What the planner needs to know of one step.
+
+    ``sizes[k]``: bytes of output ``k`` when it is arena-planned, else None (a graph output,
+    an unknown or empty shape). ``aliases``: ``{output: input index}`` of view outputs.
+    ``inplace``: ``(output, input index)`` pairs the kernel may compute in place, already
+    limited to inputs of the output's shape and dtype.
+    """
+
+    inputs: tuple
+    outputs: tuple
+    sizes: tuple
+    aliases: dict = field(default_factory=dict)
+    inplace: tuple = ()
+
+
+# 1. lifetimes ------------------------------------------------------------------------
+
+def last_uses(steps: Sequence[StepSpec], keep: Sequence[int] = ()) -> dict:
+    """slot -> index of the last step that reads it; ``keep`` (graph outputs) live to the end."""
+    last: dict = {}
+    for t, st in enumerate(steps):
+        for i in st.inputs:
+            last[i] = t
+    end = len(steps)
+    for s in keep:
+        last[s] = end
+    return last
+
+
+def lifetimes(steps: Sequence[StepSpec], keep: Sequence[int] = (), inplace: bool = True) -> list:
+    """Blocks of the buffers the steps write, with views and in-place outputs merged.
+
+    ``keep``: slots that must outlive the last step (graph outputs; a view of the arena
+    that is a graph output keeps its block to the end, the session copies it out).
+    An output takes over input ``i``'s block (in place) when the kernel allows the pair,
+    the block dies at this step (no later reader of any of its tensors), the sizes are
+    equal, no other output took it over at this step, and no other input of the step lies
+    in the block unless the step has just two inputs (an elementwise binary op reads
+    both at the same index it writes).
+    """
+    last = last_uses(steps, keep)
+    owner: dict = {}
+    blocks: list = []
+    for t, st in enumerate(steps):
+        taken: set = set()
+        present = [i for i in st.inputs if i >= 0]
+        for k, o in enumerate(st.outputs):
+            if o < 0:
+                continue
+            if k in st.aliases:
+                a = st.aliases[k]
+                src = st.inputs[a] if a < len(st.inputs) else -1
+                b = owner.get(src)
+                if b is not None:
+                    b.join(o, VIEW, t, last.get(o, t))
+                    owner[o] = b
+                continue
+            size = st.sizes[k] if k < len(st.sizes) else None
+            if size is None:
+                continue
+            b = _inplace_block(st, k, size, t, owner, taken, present) if inplace else None
+            if b is not None:
+                taken.add(b.id)
+                b.join(o, INPLACE, t, last.get(o, t))
+            else:
+                b = Block(len(blocks), size, t, max(t, last.get(o, t)), [o], kinds=[OWN], steps=[t])
+                blocks.append(b)
+            owner[o] = b
+    return blocks
+
+
+def _inplace_block(st: StepSpec, k: int, size: int, t: int, owner: dict, taken: set,
+                   present: list) -> Optional[Block]:
+    for kk, i in st.inplace:
+        if kk != k or i >= len(st.inputs):
+            continue
+        b = owner.get(st.inputs[i])
+        if b is None or b.last != t or b.size != size or b.id in taken:
+            continue
+        shared = sum(1 for j in present if owner.get(j) is b)
+        if shared > 1 and len(present) > 2:
+            continue
+        return b
+    return None
+
+
+# 2. orders ----------------------------------------------------------------------------
+
+def order_by_size(blocks: Sequence[Block]) -> list:
+    """Largest first (ties: earliest first)."""
+    return sorted(blocks, key=lambda b: (-b.size, b.first, b.id))
+
+
+def order_by_breadth(blocks: Sequence[Block]) -> list:
+    """Steps in decreasing order of live bytes; at each, its not yet ordered blocks, largest first."""
+    if not blocks:
+        return []
+    first = min(b.first for b in blocks)
+    n = max(b.last for b in blocks) - first + 1
+    live = [0] * (n + 1)
+    for b in blocks:
+        live[b.first - first] += align(b.size)
+        live[b.last - first + 1] -= align(b.size)
+    at: list = [[] for _ in range(n)]
+    for b in order_by_size(blocks):
+        for t in range(b.first - first, b.last - first + 1):
+            at[t].append(b)
+    acc = 0
+    for t in range(n):
+        acc += live[t]
+        live[t] = acc
+    order: list = []
+    seen: set = set()
+    for t in sorted(range(n), key=lambda t: -live[t]):
+        for b in at[t]:
+            if b.id not in seen:
+                seen.add(b.id)
+                order.append(b)
+    return order
+
+
+# 3. placement -------------------------------------------------------------------------
+
+def conflicts(blocks: Sequence[Block]) -> dict:
+    """block id -> ids of the blocks whose lifetimes overlap it (a sweep over first steps)."""
+    nbrs: dict = {b.id: [] for b in blocks}
+    active: list = []
+    for b in sorted(blocks, key=lambda b: b.first):
+        active = [a for a in active if a.last >= b.first]
+        ids = nbrs[b.id]
+        for a in active:
+            ids.append(a.id)
+            nbrs[a.id].append(b.id)
+        active.append(b)
+    return nbrs
+
+
+def place(order: Sequence[Block], nbrs: dict) -> tuple:
+    """Best-fit offsets in ``order``: the smallest gap that fits among the already placed
+    blocks whose lifetimes overlap, else on top of them. Returns ({id: offset}, arena bytes)."""
+    offset: dict = {}
+    end: dict = {}
+    top = 0
+    for b in order:
+        size = align(b.size)
+        busy = sorted((offset[n], end[n]) for n in nbrs[b.id] if n in offset)
+        best, best_gap, cursor = -1, -1, 0
+        for start, stop in busy:
+            gap = start - cursor
+            if gap >= size and (best < 0 or gap < best_gap):
+                best, best_gap = cursor, gap
+            if stop > cursor:
+                cursor = stop
+        off = best if best >= 0 else cursor
+        offset[b.id] = off
+        end[b.id] = off + size
+        if off + size > top:
+            top = off + size
+    return offset, top
+
+
+def lower_bound(blocks: Sequence[Block]) -> int:
+    """Max over steps of the aligned bytes live at that step (no arena can be smaller)."""
     if not blocks:
         return 0
-    events: dict[int, int] = {}
+    events: dict = {}
     for b in blocks:
         events[b.first] = events.get(b.first, 0) + align(b.size)
         events[b.last + 1] = events.get(b.last + 1, 0) - align(b.size)
@@ -64,77 +257,37 @@ def lower_bound(blocks: list) -> int:
     return best
 
 
-def _place(block: Block, placed: list) -> int:
-    """Best-fit offset for ``block`` among the placed blocks whose lifetimes overlap it."""
-    size = align(block.size)
-    busy = sorted((b.offset, b.offset + align(b.size)) for b in placed if b.overlaps(block))
-    best_offset, best_gap = None, None
-    cursor = 0
-    for start, end in busy:
-        gap = start - cursor
-        if gap >= size and (best_gap is None or gap < best_gap):
-            best_offset, best_gap = cursor, gap
-        cursor = max(cursor, end)
-    return best_offset if best_offset is not None else cursor
-
-
-def _greedy(blocks: list, order: list) -> int:
-    placed: list = []
-    top = 0
-    for b in order:
-        b.offset = _place(b, placed)
-        placed.append(b)
-        top = max(top, b.offset + align(b.size))
-    return top
-
-
-def _greedy_by_size(blocks: list) -> dict:
-    _greedy(blocks, sorted(blocks, key=lambda b: (-b.size, b.first)))
-    return {b.id: b.offset for b in blocks}
-
-
-def _greedy_by_breadth(blocks: list) -> dict:
-    """Steps in decreasing order of live bytes; place that step's blocks, largest first."""
-    steps: dict[int, list] = {}
-    for b in blocks:
-        for t in range(b.first, b.last + 1):
-            steps.setdefault(t, []).append(b)
-    order: list = []
-    seen: set = set()
-    for t in sorted(steps, key=lambda t: -sum(align(b.size) for b in steps[t])):
-        for b in sorted(steps[t], key=lambda b: -b.size):
-            if b.id not in seen:
-                seen.add(b.id)
-                order.append(b)
-    _greedy(blocks, order)
-    return {b.id: b.offset for b in blocks}
+def naive_bytes(blocks: Sequence[Block]) -> int:
+    """Bytes of one buffer per tensor (views excluded: they never copy)."""
+    return sum(align(b.size) * sum(1 for k in b.kinds if k != VIEW) for b in blocks)
 
 
 def plan_offsets(blocks: list) -> MemoryPlan:
-    """Assign ``offset`` to every block; the smaller of the two greedy strategies wins."""
+    """Assign ``offset`` to every block; the smaller of greedy by size and greedy by breadth wins."""
     t0 = time.perf_counter()
-    best = None
-    for name, strategy in (("greedy_by_size", _greedy_by_size), ("greedy_by_breadth", _greedy_by_breadth)):
-        offsets = strategy(blocks)
-        total = max((offsets[b.id] + align(b.size) for b in blocks), default=0)
-        if best is None or total < best[0]:
-            best = (total, name, offsets)
-    total, name, offsets = best  # type: ignore[misc]
+    bound = lower_bound(blocks)
+    nbrs = conflicts(blocks)
+    offsets, total = place(order_by_size(blocks), nbrs)
+    name = "greedy_by_size"
+    if total > bound:
+        offsets2, total2 = place(order_by_breadth(blocks), nbrs)
+        if total2 < total:
+            offsets, total, name = offsets2, total2, "greedy_by_breadth"
     for b in blocks:
         b.offset = offsets[b.id]
-    return MemoryPlan(blocks=blocks, arena_bytes=total, lower_bound_bytes=lower_bound(blocks),
-                      naive_bytes=sum(align(b.size) for b in blocks),
+    return MemoryPlan(blocks=blocks, arena_bytes=total, lower_bound_bytes=bound,
+                      naive_bytes=naive_bytes(blocks),
                       planning_ms=(time.perf_counter() - t0) * 1e3, strategy=name)
 
 
-def check_no_overlap(blocks: list) -> list:
+def check_no_overlap(blocks: Sequence[Block]) -> list:
     """Pairs of blocks live at the same time whose byte ranges overlap (empty when valid)."""
     bad = []
-    ordered = sorted(blocks, key=lambda b: b.offset)
+    ordered = sorted((b for b in blocks if b.size), key=lambda b: b.offset)
     for i, a in enumerate(ordered):
         for b in ordered[i + 1:]:
             if b.offset >= a.offset + align(a.size):
                 break
-            if a.overlaps(b) and a.size and b.size:
+            if a.overlaps(b):
                 bad.append((a, b))
     return bad

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -21,9 +22,10 @@ from .errors import (DimParamMismatch, InputDtypeMismatch, InputFixedDimMismatch
                      InputRankMismatch, InvalidFeedError)
 from .executor import Arena, Plan, build_plan, execute
 from .graph import PreparedGraph, prepare_graph
-from .inference import resolve
+from .inference import fold_constants, resolve
 from .model import FIXED, SYMBOLIC, Model, ValueInfo, load_model
 from .registry import get_registry
+from .symbolic_inference import SymbolicGraph, infer_symbolic
 
 __all__ = ["InferenceSession", "NodeArg", "SessionStats"]
 
@@ -50,6 +52,8 @@ class SessionStats:
     planning_ms: float = 0.0
     execution_ms: float = 0.0
     failed_runs: int = 0
+    symbolic_plans: int = 0      # misses planned by evaluating the symbolic shapes
+    resolved_plans: int = 0      # misses planned by per-node inference (data-dependent graphs)
 
 
 def _node_arg(vi: ValueInfo) -> NodeArg:
@@ -79,11 +83,16 @@ class InferenceSession:
         if allocator not in ALLOCATORS:
             raise ValueError(f"allocator must be one of {ALLOCATORS}, got {allocator!r}")
         self.allocator = allocator
+        self.use_symbolic_plans = True
         self.validate_memory = (os.environ.get("DYNASHAPE_VALIDATE_MEMORY", "") in ("1", "true")
                                 if validate_memory is None else bool(validate_memory))
         self.model: Model = load_model(model)
         self.registry = get_registry()
         self.graph: PreparedGraph = prepare_graph(self.model, self.registry)
+        self.folded_nodes = fold_constants(self.graph, self.registry)
+        t0 = time.perf_counter()
+        self.symbolic: SymbolicGraph = infer_symbolic(self.graph, self.registry)
+        self.symbolic_inference_ms = (time.perf_counter() - t0) * 1e3
         self._inputs = self.model.graph.inputs
         self._outputs = self.model.graph.outputs
         self._plans: "OrderedDict[tuple, Plan]" = OrderedDict()
@@ -93,13 +102,40 @@ class InferenceSession:
         self._lock = threading.Lock()
         self._input_index = {vi.name: i for i, vi in enumerate(self._inputs)}
         self._output_slot = {vi.name: self.graph.slot[vi.name] for vi in self._outputs}
+        self.shape_conflicts = self._declared_vs_inferred()
 
     # description ------------------------------------------------------------
     def get_inputs(self) -> list[NodeArg]:
         return [_node_arg(v) for v in self._inputs]
 
     def get_outputs(self) -> list[NodeArg]:
-        return [_node_arg(v) for v in self._outputs]
+        """Outputs with their inferred symbolic shapes (``["batch", "sequence*2"]``); the
+        declared shape where inference found the output data-dependent."""
+        out = []
+        for v in self._outputs:
+            slot = self.graph.slot[v.name]
+            if self.symbolic.shapes[slot] is not None and not self.symbolic.is_data_dependent(slot):
+                out.append(NodeArg(v.name, self.symbolic.display_shape(slot), v.type))
+            else:
+                out.append(_node_arg(v))
+        return out
+
+    def _declared_vs_inferred(self) -> list[str]:
+        """Graph outputs whose declared fixed dims contradict inference (reported, not trusted)."""
+        conflicts = []
+        for v in self._outputs:
+            inferred = self.symbolic.shapes[self.graph.slot[v.name]]
+            if v.dims is None or inferred is None:
+                continue
+            if len(v.dims) != len(inferred):
+                conflicts.append(f"output '{v.name}': declared rank {len(v.dims)}, inferred {len(inferred)}")
+                continue
+            for axis, (d, i) in enumerate(zip(v.dims, inferred)):
+                if d.kind == FIXED and isinstance(i, int) and d.value != i:
+                    conflicts.append(f"output '{v.name}', axis {axis}: declared {d.value}, inferred {i}")
+        for c in conflicts:
+            warnings.warn(f"dynashape: {c}; the inferred shape is used", RuntimeWarning, stacklevel=3)
+        return conflicts
 
     @property
     def last_plan(self) -> Optional[Plan]:
@@ -197,7 +233,12 @@ class InferenceSession:
             shapes = {s: tuple(a.shape) for s, a in feeds.items()}
             dtypes = {s: a.dtype for s, a in feeds.items()}
             values = {s: feeds[s] for s in self.graph.value_inputs if s in feeds}
-            res = resolve(self.graph, self.registry, shapes, dtypes, values, runtime=self)
+            res = self.symbolic.instantiate(self.graph, shapes) if self.use_symbolic_plans else None
+            if res is None:
+                res = resolve(self.graph, self.registry, shapes, dtypes, values, runtime=self)
+                self.stats.resolved_plans += 1
+            else:
+                self.stats.symbolic_plans += 1
             plan = build_plan(self.graph, res, self.allocator, validate=self.validate_memory)
             self.stats.planning_ms += (time.perf_counter() - t0) * 1e3
             self.stats.cache_misses += 1

@@ -11,10 +11,10 @@ SymbolicShapeInfProposal.md), which gives up with a fresh symbol on any arithmet
 """
 from __future__ import annotations
 
-import math
-from typing import Iterable, Mapping, Union
+from typing import Callable, Iterable, Mapping, Union
 
-__all__ = ["Expr", "Dim", "sym", "is_known", "evaluate", "dim_max", "dim_min", "dim_str", "free_symbols"]
+__all__ = ["Expr", "Dim", "sym", "is_known", "is_nonneg", "evaluate", "dim_max", "dim_min", "dim_str",
+           "free_symbols", "to_code", "provably_unequal"]
 
 Dim = Union[int, "Expr"]
 
@@ -228,6 +228,12 @@ def floordiv(a: Dim, b: Dim) -> Dim:
     if isinstance(b, int):
         if b == 1:
             return a
+        mono = a.as_monomial()
+        if b > 0 and mono and mono[0] == 1 and len(mono[1]) == 1 and mono[1][0][1] == 1 \
+                and mono[1][0][0][0] == "floordiv" and isinstance(mono[1][0][0][1][1], int) \
+                and mono[1][0][0][1][1] > 0:
+            inner, d = mono[1][0][0][1]
+            return floordiv(inner, d * b)  # (x // d) // b == x // (d*b) for positive d, b
         if all(c % b == 0 for c in a._terms.values()):
             return Expr._wrap({m: c // b for m, c in a._terms.items()})
     else:
@@ -268,6 +274,11 @@ def _minmax(op: str, args: Iterable[Dim]) -> Dim:
     for x in flat:
         if isinstance(x, Expr) and x not in exprs:
             exprs.append(x)
+    # max(x, min(x, ...)) == x and min(x, max(x, ...)) == x: the inner one never wins
+    other = "min" if op == "max" else "max"
+    exprs = [e for e in exprs if not _absorbed(e, other, exprs)]
+    if op == "max" and consts and all(is_nonneg(e) for e in exprs) and max(consts) <= 0 and exprs:
+        consts = []
     # drop an expression that differs from another only by a constant
     kept: list = []
     for x in exprs:
@@ -284,6 +295,14 @@ def _minmax(op: str, args: Iterable[Dim]) -> Dim:
     if len(items) == 1:
         return items[0]
     return Expr.atom((op, tuple(items)))
+
+
+def _absorbed(e, other: str, exprs: list) -> bool:
+    mono = e.as_monomial()
+    if not mono or mono[0] != 1 or len(mono[1]) != 1 or mono[1][0][1] != 1:
+        return False
+    atom = mono[1][0][0]
+    return atom[0] == other and any(x is not e and x in atom[1] for x in exprs)
 
 
 def dim_max(*args: Dim) -> Dim:
@@ -347,5 +366,51 @@ def dim_str(d) -> str:
     return str(d)
 
 
-# keep math imported for users of floor semantics in docs
-_ = math
+def is_nonneg(d) -> bool:
+    """True when ``d`` is provably >= 0: a non-negative int, or an expression whose
+    terms all have non-negative coefficients (every symbol is a dim, hence >= 0)."""
+    if isinstance(d, int):
+        return d >= 0
+    if not isinstance(d, Expr):
+        return False
+    for m, c in d._terms.items():
+        if c < 0:
+            return False
+        for a, _ in m:
+            if a[0] != "s" and not all(is_nonneg(x) for x in a[1]):
+                return False
+    return True
+
+
+def provably_unequal(a, b) -> bool:
+    """True when two dims can never be equal: their difference is a non-zero constant, or
+    one is provably >= 0 and the other a negative int (every symbol is a dim, >= 0)."""
+    diff = a - b
+    if isinstance(diff, int):
+        return diff != 0
+    return (isinstance(b, int) and b < 0 and is_nonneg(a)) or (isinstance(a, int) and a < 0 and is_nonneg(b))
+
+
+def to_code(d, var: Callable[[str], str]) -> str:
+    """Python source computing ``d``; ``var(name)`` gives the variable holding a symbol."""
+    if isinstance(d, int):
+        return repr(d)
+    parts = []
+    for m, c in d._terms.items():
+        factors = [repr(c)] if c != 1 or not m else []
+        for a, p in m:
+            code = _atom_code(a, var)
+            factors.extend([code] * p)
+        parts.append("*".join(factors))
+    return "(" + " + ".join(parts) + ")"
+
+
+def _atom_code(atom, var) -> str:
+    if atom[0] == "s":
+        return var(atom[1])
+    args = [to_code(x, var) for x in atom[1]]
+    if atom[0] == "floordiv":
+        return f"({args[0]} // {args[1]})"
+    if atom[0] == "mod":
+        return f"({args[0]} % {args[1]})"
+    return f"{atom[0]}({', '.join(args)})"

@@ -15,7 +15,7 @@ fix.
 """
 from __future__ import annotations
 
-from typing import Mapping, Optional, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from dynashape.errors import DynashapeError, ExecutionError
@@ -81,7 +81,7 @@ def _owned(a) -> np.ndarray:
 
 # declared subgraph types -------------------------------------------------------------
 
-def _declared_shape(ctx: InferContext, vi: ValueInfo, prefix: tuple = ()) -> Optional[tuple]:
+def _declared_shape(ctx: InferContext, vi: ValueInfo, prefix: tuple = ()) -> tuple | None:
     """A subgraph value's declared shape: fixed dims kept, others fresh symbols; None: no shape."""
     if vi.dims is None:
         return None
@@ -92,7 +92,7 @@ def _declared_dtype(vi: ValueInfo):
     return vi.dtype if vi.elem_type else None
 
 
-def _merge_shapes(ctx: InferContext, a: Optional[tuple], b: Optional[tuple]) -> Optional[tuple]:
+def _merge_shapes(ctx: InferContext, a: tuple | None, b: tuple | None) -> tuple | None:
     """One shape covering both branches: equal dims kept, others fresh; None when ranks differ."""
     if a is None or b is None or len(a) != len(b):
         return None
@@ -165,7 +165,7 @@ def _if_branches(ctx: InferContext) -> tuple[Graph, Graph]:
     return then_g, else_g
 
 
-def _if_chosen(ctx: InferContext) -> Optional[bool]:
+def _if_chosen(ctx: InferContext) -> bool | None:
     v = ctx.value(0)
     if v is None or np.asarray(v).size != 1 or np.asarray(v).dtype == object:
         return None
@@ -372,7 +372,7 @@ def _scan_layout(ctx: InferContext) -> dict:
     if k < 0 or ctx.num_outputs != n + k:
         ctx.fail(f"body has {len(body.outputs)} outputs and the node {ctx.num_outputs}; both must be "
                  f"{n} states followed by the scan outputs", kind="BodyOutputCount")
-    lay = dict(body=body, v8=v8, first=first, n=n, m=m, k=k)
+    lay = {"body": body, "v8": v8, "first": first, "n": n, "m": m, "k": k}
     if v8:
         lay.update(in_dirs=_directions(ctx, "directions", m), in_axes=[0] * m,
                    out_dirs=[0] * k, out_axes=[0] * k)
@@ -525,6 +525,9 @@ def _scan8(lay: dict, seq_lens, states: list, scans: list, outer: dict) -> list:
     if lens.shape[0] != batch or np.any(lens < 0) or np.any(lens > max_len):
         raise ExecutionError(f"Scan node '{lay['node'].name}': sequence_lens {lens.tolist()} must hold "
                              f"{batch} lengths in [0, {max_len}]")
+    if batch == 0:
+        outs = lay["body"].outputs[n:]
+        return [_owned(s) for s in states] + [_empty_stack(vi, (None, None), (0, max_len)) for vi in outs]
     per_batch = []
     for b in range(batch):
         length = int(lens[b])

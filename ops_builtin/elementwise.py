@@ -24,7 +24,7 @@ import numpy as np
 from dynashape.dtypes import is_float, is_integer
 from dynashape.records import OpLibrary, fixed_dtype, same_dtype
 from dynashape.shapes import broadcast_shapes, check_dims_equal, dim_max, dim_min
-from dynashape.symbolic import Expr
+from dynashape.symbolic import provably_unequal, Expr
 
 lib = OpLibrary()
 
@@ -305,6 +305,8 @@ def _prop_equal(ctx):
             fo[i] = x == y
         elif x == y:
             fo[i] = True
+        elif provably_unequal(x, y):
+            fo[i] = False
         else:
             return [None]
     return [out]

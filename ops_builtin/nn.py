@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
-
 from dynashape.dtypes import np_dtype
 from dynashape.records import OpLibrary, same_dtype
 from dynashape.shapes import is_known, normalize_axis, numel, pool_output_dim
@@ -70,7 +68,7 @@ def _check_rank_at_least(ctx, i: int, rank: int, what: str):
     return shape
 
 
-def _int_list(ctx, name: str, n: int, default: int, minimum: Optional[int]) -> list:
+def _int_list(ctx, name: str, n: int, default: int, minimum: int | None) -> list:
     """A per-spatial-axis int attribute (strides, dilations...) of length ``n``."""
     value = ctx.attr(name)
     if value is None:
@@ -98,8 +96,8 @@ class _Geometry:
     kernel: tuple
     strides: tuple
     dilations: tuple
-    pads_begin: Optional[tuple]
-    pads_end: Optional[tuple]
+    pads_begin: tuple | None
+    pads_end: tuple | None
     out: tuple
 
 
@@ -254,14 +252,18 @@ _COLS_BYTES = 16 << 20
 
 @dataclass(frozen=True)
 class _ConvBand:
-    """im2col work for output rows ``rows`` (None: all rows) along the first spatial axis."""
+    """im2col work for output rows ``rows`` (None: all rows) along the first spatial axis.
 
-    rows: Optional[slice]
-    taps: tuple          # (cols index, X index) per tap
-    cols_shape: tuple    # (N, C, K, rows, *out[1:])
+    The columns are laid out (C, K, N, rows, *out[1:]) so that one matmul per group covers
+    the whole batch: (G, M/G, C/G*K) @ (G, C/G*K, N*band) -> (G, M/G, N, band).
+    """
+
+    rows: slice | None
+    taps: tuple          # (cols index, index into X viewed as (C, N, *in)) per tap
+    cols_shape: tuple    # (C, K, N, rows, *out[1:])
     zero_fill: bool      # some tap misses part of the band (padding): cols start zeroed
-    mat_shape: tuple     # (N, G, C/G*K, band size)
-    res_shape: tuple     # (N, G, M/G, band size)
+    mat_shape: tuple     # (G, C/G*K, N*band size)
+    res_shape: tuple     # (G, M/G, N*band size)
 
 
 @dataclass(frozen=True)
@@ -289,9 +291,9 @@ def _conv_bands(x, out, geom: _Geometry, group: int, m: int, k: int, itemsize: i
         size = (r1 - r0) * rest
         bands.append(_ConvBand(
             rows=None if rows_per_band >= out[0] else slice(r0, r1),
-            taps=tuple(((slice(None), slice(None), t) + a[2:], b) for t, a, b in taps),
-            cols_shape=(n, c, k) + sub.out, zero_fill=not all_full,
-            mat_shape=(n, group, (c // group) * k, size), res_shape=(n, group, m // group, size)))
+            taps=tuple(((slice(None), t, slice(None)) + a[2:], b) for t, a, b in taps),
+            cols_shape=(c, k, n) + sub.out, zero_fill=not all_full,
+            mat_shape=(group, (c // group) * k, n * size), res_shape=(group, m // group, n * size)))
     return tuple(bands)
 
 
@@ -345,27 +347,35 @@ def _conv_depthwise(x, w, res, p: _ConvPlan):
         np.add(view, part, out=view)
 
 
-def _conv_im2col(x, w, res, p: _ConvPlan):
+def _conv_band(xt, wm, band: _ConvBand, cols: np.ndarray, res: np.ndarray) -> None:
+    """Fill the band's columns from X (viewed (C, N, *in)) and multiply into ``res``."""
+    if band.zero_fill:
+        cols.fill(0)
+    for dst, src in band.taps:
+        cols[dst] = xt[src]
+    np.matmul(wm, cols.reshape(band.mat_shape), out=res)
+
+
+def _conv_im2col(x, w, y, p: _ConvPlan):
     wm = w.reshape(p.w_shape)
-    if len(p.bands) == 1:
-        band = p.bands[0]
-        cols = (np.zeros if band.zero_fill else np.empty)(band.cols_shape, p.cdtype)
-        for dst, src in band.taps:
-            cols[dst] = x[src]
-        np.matmul(wm, cols.reshape(band.mat_shape), out=res.reshape(band.res_shape))
-        return
+    xt = x.swapaxes(0, 1)
+    n, m = y.shape[0], y.shape[1]
     first = p.bands[0]
-    cols_buf = np.empty(int(np.prod(first.cols_shape)), p.cdtype)
+    cols = np.empty(first.cols_shape, p.cdtype)
+    if len(p.bands) == 1:
+        if n == 1:   # (G, M/G, 1, OUT) is the output's own layout
+            _conv_band(xt, wm, first, cols, y.reshape(first.res_shape))
+        else:
+            res = np.empty(first.res_shape, p.cdtype)
+            _conv_band(xt, wm, first, cols, res)
+            y[...] = res.reshape((m, n) + y.shape[2:]).swapaxes(0, 1)
+        return
+    cols_buf = cols.reshape(-1)
     res_buf = np.empty(int(np.prod(first.res_shape)), p.cdtype)
     for band in p.bands:
-        cols = cols_buf[:int(np.prod(band.cols_shape))].reshape(band.cols_shape)
-        if band.zero_fill:
-            cols.fill(0)
-        for dst, src in band.taps:
-            cols[dst] = x[src]
         part = res_buf[:int(np.prod(band.res_shape))].reshape(band.res_shape)
-        np.matmul(wm, cols.reshape(band.mat_shape), out=part)
-        res[:, :, band.rows] = part.reshape(res.shape[:2] + band.cols_shape[3:])
+        _conv_band(xt, wm, band, cols_buf[:int(np.prod(band.cols_shape))].reshape(band.cols_shape), part)
+        y[:, :, band.rows] = part.reshape((m, n) + band.cols_shape[3:]).swapaxes(0, 1)
 
 
 @lib.kernel("Conv", prepare=_conv_prepare)
@@ -512,7 +522,7 @@ def _conv_transpose(inputs, outputs, p: _ConvTPlan):
 # pools
 # ----------------------------------------------------------------------------------------
 
-def _pool_geometry(ctx, x, *, dilations_since: Optional[int]) -> _Geometry:
+def _pool_geometry(ctx, x, *, dilations_since: int | None) -> _Geometry:
     kernel = _spatial_kernel(ctx, x, required=True)
     ceil_mode = bool(ctx.attr("ceil_mode", 0)) if ctx.opset >= 10 else False
     dil_ok = dilations_since is not None and ctx.opset >= dilations_since
@@ -522,7 +532,7 @@ def _pool_geometry(ctx, x, *, dilations_since: Optional[int]) -> _Geometry:
     return _window_geometry(ctx, x[2:], kernel, ceil_mode=ceil_mode, dilations_allowed=dil_ok)
 
 
-def _pool_shape_fn(dilations_since: Optional[int], float_only: bool = True):
+def _pool_shape_fn(dilations_since: int | None, float_only: bool = True):
     def infer(ctx):
         x = _check_rank_at_least(ctx, 0, 3, "input X")
         if float_only:
@@ -563,14 +573,14 @@ lib.op("MaxPool", since_version=(1, 8, 10, 11, 12, 22), infer_dtype=_max_pool_dt
 @dataclass(frozen=True)
 class _PoolPlan:
     cdtype: np.dtype
-    first: Optional[tuple]   # a tap covering the whole output: copied instead of reduced
+    first: tuple | None   # a tap covering the whole output: copied instead of reduced
     taps: tuple              # (output index, input index)
-    divisor: Optional[np.ndarray]
+    divisor: np.ndarray | None
     p: float
-    index: Optional[tuple]   # MaxPool Indices: (N*C offsets, per-tap spatial flat indices)
+    index: tuple | None   # MaxPool Indices: (N*C offsets, per-tap spatial flat indices)
 
 
-def _pool_plan(ctx, *, dilations_since: Optional[int], cdtype, divisor=False, with_index=False,
+def _pool_plan(ctx, *, dilations_since: int | None, cdtype, divisor=False, with_index=False,
                p: float = 1.0) -> _PoolPlan:
     x = ctx.shape(0)
     geom = _pool_geometry(ctx, x, dilations_since=dilations_since)
@@ -653,8 +663,6 @@ def _max_pool(inputs, outputs, p: _PoolPlan):
             view = res[dst]
             np.maximum(view, x[src], out=view)
     _store(y, res)
-    if len(outputs) > 1 and outputs[1] is not None and p.index is None:
-        outputs[1].fill(0)
 
 
 def _max_pool_with_index(x, res, indices, p: _PoolPlan):

@@ -5,20 +5,19 @@ float64 and a few cases ORT lacks against onnx.reference.ReferenceEvaluator.
 """
 from __future__ import annotations
 
+import dynashape
 import ml_dtypes
 import numpy as np
 import onnx
 import pytest
-from onnx import helper
-from onnx.reference import ReferenceEvaluator
-
-import dynashape
 from dynashape.dtypes import onnx_type
 from dynashape.model import Node
 from dynashape.records import InferContext
 from dynashape.registry import get_registry
 from dynashape.symbolic import sym
 from dynashape.testing import infer_node, run_node
+from onnx import helper
+from onnx.reference import ReferenceEvaluator
 
 ort = pytest.importorskip("onnxruntime")
 
