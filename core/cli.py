@@ -128,6 +128,34 @@ def run(model: str, dims, shapes, inputs, allocator: str, repeat: int, compare_o
     click.echo(f"median run time: {float(np.median(times)):.3f} ms over {len(times)} run(s)")
 
 
+@main.command()
+@click.argument("model", type=click.Path(exists=True, dir_okay=False))
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def inspect(model: str, fmt: str) -> None:
+    """Every tensor of MODEL with dtype, symbolic shape, producing op and plugin."""
+    import json
+
+    from .inspect import inspect_session
+    from .session import InferenceSession
+
+    try:
+        report = inspect_session(InferenceSession(model))
+    except (DynashapeError, ValueError) as exc:
+        raise click.ClickException(str(exc))
+    if fmt == "json":
+        click.echo(json.dumps(report, indent=1))
+        return
+    rows = [(t["name"], t["dtype"] or "?", "?" if t["shape"] is None else "[" + ", ".join(map(str, t["shape"])) + "]",
+             t["producer"], t["plugin"], "data-dependent" if t["data_dependent"] else "") for t in report["tensors"]]
+    widths = [min(60, max(len(r[i]) for r in rows + [("name", "dtype", "shape", "producer", "plugin", "")]))
+              for i in range(6)]
+    header = ("name", "dtype", "shape", "producer", "plugin", "")
+    for r in [header] + rows:
+        click.echo("  ".join(str(c)[:60].ljust(w) for c, w in zip(r, widths)).rstrip())
+    s = report["summary"]
+    click.echo(f"{s['fully_symbolic']} of {s['tensors']} tensors fully symbolic, {s['data_dependent']} data-dependent")
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()
 

@@ -16,7 +16,8 @@ import numpy as np
 from .errors import DynashapeError, ExecutionError, MemoryPlanError
 from .graph import PreparedGraph
 from .inference import DYNAMIC, FOLDED, STEP, Resolution, kernel_for, make_context, run_node_now, _infer
-from .planner import Block, MemoryPlan, check_no_overlap, plan_offsets
+from .planner import (VIEW, MemoryPlan, StepSpec, check_no_overlap, lifetimes, lower_bound, naive_bytes,
+                      plan_offsets)
 from .registry import Registry
 
 __all__ = ["Plan", "Arena", "build_plan", "execute"]
@@ -77,11 +78,14 @@ class Plan:
     bound_generation: int = -1
     planning_ms: float = 0.0
     data_dependent: list = field(default_factory=list)   # slots whose shape is only known at run time
+    validation: Any = None          # _Validation in validation mode (pool only)
+    arena: Optional[Arena] = None   # the arena the buffers are bound to
 
     def bind(self, arena: Arena) -> None:
         """(Re)make the arena views of every planned buffer after the arena changed."""
-        if self.allocator != "pool" or self.bound_generation == arena.generation:
+        if self.allocator != "pool" or (self.bound_generation == arena.generation and self.arena is arena):
             return
+        self.arena = arena
         for step in self.steps:
             for k, o in enumerate(step.outputs):
                 if o in self.arena_slots:
@@ -94,7 +98,16 @@ def _plannable(shape, dtype) -> bool:
     return shape is not None and dtype is not None and dtype != object and int(np.prod(shape)) > 0
 
 
+def _nbytes(shape, dtype) -> int:
+    return int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+
+
 def build_plan(pg: PreparedGraph, res: Resolution, allocator: str, validate: bool = False) -> Plan:
+    """Steps, lifetimes and buffers for one input signature.
+
+    Raises:
+        MemoryPlanError: ``validate`` and two simultaneously live blocks overlap.
+    """
     t0 = time.perf_counter()
     outputs = set(pg.output_slots)
     template: list = [None] * (len(pg.names) + 1)
@@ -112,82 +125,79 @@ def build_plan(pg: PreparedGraph, res: Resolution, allocator: str, validate: boo
             prepared = kernel.prepare(ctx) if kernel.prepare is not None else ctx
         steps.append(Step(idx, status, kernel.compute if kernel is not None else None, prepared,
                           tuple(pn.all_inputs), tuple(pn.outputs), [None] * len(pn.outputs), ()))
-    blocks = _lifetimes(pg, res, steps, outputs)
-    memory = None
+    pool = allocator == "pool"
+    specs = [_step_spec(pg, res, step, outputs, pool) for step in steps]
+    blocks = lifetimes(specs, keep=pg.output_slots, inplace=pool)
     arena_slots: dict = {}
     naive: dict = {}
-    if allocator == "pool":
+    if pool:
         memory = plan_offsets(blocks)
         if validate:
             bad = check_no_overlap(blocks)
             if bad:
                 a, b = bad[0]
-                raise MemoryPlanError(f"memory plan overlaps: {pg.names[a.slots[0]]} and {pg.names[b.slots[0]]}")
+                raise MemoryPlanError(
+                    f"memory plan overlaps: '{pg.names[a.slots[0]]}' (steps {a.first}-{a.last}, bytes "
+                    f"{a.offset}-{a.offset + a.size}) and '{pg.names[b.slots[0]]}' (steps {b.first}-{b.last}, "
+                    f"bytes {b.offset}-{b.offset + b.size})")
         for b in blocks:
-            for s in b.slots:
-                if s == b.slots[0]:
+            for s, kind in zip(b.slots, b.kinds):
+                if kind != VIEW:
                     arena_slots[s] = (b.offset, res.shapes[s], res.dtypes[s])
     else:
         for b in blocks:
             s = b.slots[0]
             naive[s] = np.empty(res.shapes[s], dtype=res.dtypes[s])
-        memory = MemoryPlan(blocks, sum(b.size for b in blocks), 0, sum(b.size for b in blocks), 0.0, "naive")
-    for step in steps:
+        total = naive_bytes(blocks)
+        memory = MemoryPlan(blocks, total, lower_bound(blocks), total, 0.0, "naive")
+    for step, spec in zip(steps, specs):
         if step.kind != STEP:
             continue
         fresh = []
         for k, o in enumerate(step.outputs):
-            if o < 0:
-                continue
-            shape, dtype = res.shapes[o], res.dtypes[o]
+            if o < 0 or k in spec.aliases:
+                continue  # a view: the kernel returns it
             if o in naive:
                 step.buffers[k] = naive[o]
             elif o not in arena_slots:
-                fresh.append((k, shape, dtype))
+                fresh.append((k, res.shapes[o], res.dtypes[o]))
         step.fresh = tuple(fresh)
     dd = [s for s, shape in enumerate(res.shapes) if shape is None and s < len(pg.names)]
+    check = _Validation(blocks, len(steps)) if validate and pool else None
     return Plan(allocator, res, template, steps, memory, arena_slots, naive,
-                planning_ms=(time.perf_counter() - t0) * 1e3, data_dependent=dd)
+                planning_ms=(time.perf_counter() - t0) * 1e3, data_dependent=dd, validation=check)
 
 
-def _lifetimes(pg: PreparedGraph, res: Resolution, steps: list, outputs: set) -> list:
-    """Blocks for the tensors steps produce with known shapes (graph outputs excluded).
+def _step_spec(pg: PreparedGraph, res: Resolution, step: Step, outputs: set, pool: bool) -> StepSpec:
+    """What the planner needs of a step: output sizes, view outputs and in-place candidates."""
+    pn = pg.nodes[step.index]
+    n_in = len(step.inputs)
+    aliases = {k: i for k, i in pn.opdef.aliases if k < len(step.outputs) and i < n_in}
+    if step.kind != STEP:
+        return StepSpec(step.inputs, step.outputs, (None,) * len(step.outputs), aliases)
+    sizes = []
+    for o in step.outputs:
+        shape, dtype = (res.shapes[o], res.dtypes[o]) if o >= 0 else (None, None)
+        sizes.append(_nbytes(shape, dtype) if o >= 0 and o not in outputs and _plannable(shape, dtype) else None)
+    inplace = ()
+    kernel = res.kernels[step.index]
+    if pool and kernel is not None and kernel.may_inplace:
+        inplace = tuple((k, i) for k, i in kernel.may_inplace
+                        if k < len(step.outputs) and i < len(pn.inputs) and step.outputs[k] >= 0
+                        and sizes[k] is not None and step.inputs[i] >= 0
+                        and res.shapes[step.inputs[i]] == res.shapes[step.outputs[k]]
+                        and res.dtypes[step.inputs[i]] == res.dtypes[step.outputs[k]])
+    return StepSpec(step.inputs, step.outputs, tuple(sizes), aliases, inplace)
 
-    A view output (the op declares ``aliases``) joins its source's block, so the block
-    lives until the last use of any tensor in it.
-    """
-    owner: dict[int, Block] = {}
-    blocks: list = []
-    for t, step in enumerate(steps):
-        for i in step.inputs:
-            if i in owner:
-                owner[i].last = max(owner[i].last, t)
-        if step.kind != STEP:
-            continue
-        pn = pg.nodes[step.index]
-        aliases = dict(pn.opdef.aliases)
-        for k, o in enumerate(step.outputs):
-            if o < 0:
-                continue
-            src = pn.all_inputs[aliases[k]] if k in aliases and aliases[k] < len(pn.all_inputs) else -1
-            if o in outputs:
-                if src in owner:  # a graph output viewing the arena is copied out after the last step
-                    owner[src].last = len(steps)
-                continue
-            if src in owner:
-                owner[o] = owner[src]
-                owner[o].slots.append(o)
-                owner[o].last = max(owner[o].last, t)
-                continue
-            if k in aliases:
-                continue  # a view of an input/constant: no buffer of its own
-            shape, dtype = res.shapes[o], res.dtypes[o]
-            if not _plannable(shape, dtype):
-                continue
-            b = Block(len(blocks), int(np.prod(shape)) * dtype.itemsize, t, t, [o])
-            blocks.append(b)
-            owner[o] = b
-    return blocks
+
+class _Validation:
+    """Validation mode: which block each slot lives in and which blocks die after each step."""
+
+    def __init__(self, blocks: list, n_steps: int) -> None:
+        self.block_of = {s: b for b in blocks for s in b.slots}
+        self.dying: list = [[] for _ in range(n_steps + 1)]
+        for b in blocks:
+            self.dying[min(b.last, n_steps)].append(b)
 
 
 def execute(pg: PreparedGraph, plan: Plan, registry: Registry, feeds: dict, runtime=None) -> list:
@@ -196,26 +206,36 @@ def execute(pg: PreparedGraph, plan: Plan, registry: Registry, feeds: dict, runt
     for s, arr in feeds.items():
         vals[s] = arr
     fresh_ids: dict = {}  # id -> array: holding the array keeps its id from being reused
+    check = plan.validation if plan.arena is not None else None
+    if check is not None:
+        plan.arena.buffer.fill(0xFF)  # nothing in the arena may be read before it is written
     step = None
     try:
-        for step in plan.steps:
+        for t, step in enumerate(plan.steps):
+            if check is not None:
+                _check_arrays(pg, plan, step, t, step.inputs, vals, "reads")
             if step.kind == DYNAMIC:
                 _run_dynamic(pg, step, registry, vals, fresh_ids, runtime)
-                continue
-            bufs = step.buffers
-            if step.fresh:
-                bufs = list(bufs)
-                for k, shape, dtype in step.fresh:
-                    a = np.empty(shape, dtype=dtype)
-                    fresh_ids[id(a)] = a
-                    bufs[k] = a
-            res = step.compute([vals[i] for i in step.inputs], bufs, step.prepared)
-            if res is None:
-                for o, b in zip(step.outputs, bufs):
-                    vals[o] = b
             else:
-                for o, r in zip(step.outputs, res):
-                    vals[o] = r
+                bufs = step.buffers
+                if step.fresh:
+                    bufs = list(bufs)
+                    for k, shape, dtype in step.fresh:
+                        a = np.empty(shape, dtype=dtype)
+                        fresh_ids[id(a)] = a
+                        bufs[k] = a
+                res = step.compute([vals[i] for i in step.inputs], bufs, step.prepared)
+                if res is None:
+                    for o, b in zip(step.outputs, bufs):
+                        vals[o] = b
+                else:
+                    for o, r in zip(step.outputs, res):
+                        vals[o] = r
+            if check is not None:
+                _check_arrays(pg, plan, step, t, step.outputs, vals, "writes")
+                buf = plan.arena.buffer
+                for b in check.dying[t]:
+                    buf[b.offset:b.offset + b.size] = 0xFF  # poison: a stale read shows as NaN / -1
     except DynashapeError:
         raise
     except Exception as exc:
@@ -224,6 +244,44 @@ def execute(pg: PreparedGraph, plan: Plan, registry: Registry, feeds: dict, runt
         raise ExecutionError(f"{where} failed: {type(exc).__name__}: {exc}") from exc
     vals[-1] = None
     return vals, fresh_ids
+
+
+def _byte_bounds(a: np.ndarray) -> tuple:
+    try:
+        from numpy.lib.array_utils import byte_bounds
+    except ImportError:  # numpy < 2
+        byte_bounds = np.byte_bounds
+    return byte_bounds(a)
+
+
+def _check_arrays(pg: PreparedGraph, plan: Plan, step: Step, t: int, slots: tuple, vals: list, verb: str) -> None:
+    """Validation mode: every array of ``slots`` that lies in the arena lies in its own block,
+    and that block is live at step ``t`` (not freed, so not poisoned)."""
+    buf = plan.arena.buffer
+    if not buf.nbytes:
+        return
+    base = buf.ctypes.data
+    top = base + buf.nbytes
+    check = plan.validation
+    for s in slots:
+        a = vals[s] if s >= 0 else None
+        if not isinstance(a, np.ndarray) or a.size == 0:
+            continue
+        lo, hi = _byte_bounds(a)
+        if hi <= base or lo >= top:
+            continue
+        node = pg.nodes[step.index].node
+        where = f"step {t} ({node.op_type} node '{node.name}') {verb} '{pg.names[s]}'"
+        b = check.block_of.get(s)
+        if b is None:
+            raise MemoryPlanError(f"{where}, which lies in arena bytes [{lo - base}, {hi - base}) that no block "
+                                  "of it owns (a kernel returned a view of the arena without declaring aliases?)")
+        if not b.first <= t <= b.last:
+            raise MemoryPlanError(f"{where} outside the lifetime of its block (steps {b.first}-{b.last}): "
+                                  "the block was freed and poisoned")
+        if lo < base + b.offset or hi > base + b.offset + b.size:
+            raise MemoryPlanError(f"{where} at arena bytes [{lo - base}, {hi - base}), outside its block "
+                                  f"[{b.offset}, {b.offset + b.size})")
 
 
 def _run_dynamic(pg: PreparedGraph, step: Step, registry: Registry, vals: list, fresh_ids: set, runtime) -> None:

@@ -1,0 +1,171 @@
+"""Helpers shared by the benchmark scripts: zoo location, feeds, sessions, timing, tables.
+
+The scripts set OPENBLAS_NUM_THREADS / OMP_NUM_THREADS themselves, before numpy is imported
+(importing this module imports numpy).
+"""
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+ZOO_DIR = REPO.parent / "shared" / "zoo"
+SKIP_GROUPS = {"ort-optimized"}
+
+
+# --------------------------------------------------------------------------- zoo
+def require_zoo() -> Path:
+    """The zoo folder; prints a message and exits 0 when it is absent."""
+    if not (ZOO_DIR / "zoo.json").exists() or not (ZOO_DIR / "make_inputs.py").exists():
+        print(f"model zoo not found at {ZOO_DIR} (needs zoo.json and make_inputs.py): nothing to benchmark")
+        sys.exit(0)
+    if str(ZOO_DIR) not in sys.path:
+        sys.path.insert(0, str(ZOO_DIR))
+    return ZOO_DIR
+
+
+def zoo_catalog() -> dict:
+    """zoo.json as {key: entry}, without the skipped groups (ort-optimized)."""
+    import make_inputs as mi  # from ZOO_DIR, see require_zoo
+    return {k: v for k, v in mi.load_catalog().items()
+            if "file" in v and v.get("group") not in SKIP_GROUPS}
+
+
+def make_feeds(model_path, shape: str | dict = "small") -> dict:
+    """Deterministic feeds: a named shape of zoo.json or a dict of dims."""
+    from make_inputs import make_inputs
+    if isinstance(shape, dict):
+        return make_inputs(model_path, shape)
+    return make_inputs(model_path, shape=shape)
+
+
+# --------------------------------------------------------------------------- engines
+def dynashape_session(model, allocator: str = "pool"):
+    import dynashape
+    return dynashape.InferenceSession(model, allocator=allocator)
+
+
+def ort_session(model):
+    """ONNX Runtime, CPU, one intra-op and one inter-op thread. model: path or ModelProto."""
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    if not isinstance(model, (str, bytes, Path)):
+        model = model.SerializeToString()
+    return ort.InferenceSession(str(model) if isinstance(model, Path) else model, so,
+                                providers=["CPUExecutionProvider"])
+
+
+# --------------------------------------------------------------------------- timing
+def median_ms(fn: Callable[[], object], *, warmup: int = 1, min_runs: int = 3, max_runs: int = 50,
+              target_s: float = 0.3) -> tuple[float, int]:
+    """Median wall time of fn() in ms, after `warmup` untimed calls. Runs until the timed runs
+    add up to target_s, at least min_runs and at most max_runs times. Returns (ms, runs)."""
+    for _ in range(warmup):
+        fn()
+    times: list[float] = []
+    total = 0.0
+    while len(times) < max_runs and (len(times) < min_runs or total < target_s):
+        t0 = time.perf_counter()
+        fn()
+        dt = time.perf_counter() - t0
+        times.append(dt)
+        total += dt
+    return statistics.median(times) * 1e3, len(times)
+
+
+def max_abs_diff(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> float:
+    """Largest |a - b| over all outputs (inf on a shape mismatch, nan if either has NaN)."""
+    worst = 0.0
+    for x, y in zip(a, b):
+        x, y = np.asarray(x), np.asarray(y)
+        if x.shape != y.shape:
+            return float("inf")
+        if x.size == 0:
+            continue
+        if x.dtype.kind in "fc" or y.dtype.kind in "fc":
+            d = float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64))))
+        elif x.dtype.kind == "b":
+            d = float(np.count_nonzero(x != y))
+        else:
+            d = float(np.max(np.abs(x.astype(np.int64) - y.astype(np.int64))))
+        worst = d if np.isnan(d) else max(worst, d)
+        if np.isnan(worst):
+            return worst
+    return worst
+
+
+# --------------------------------------------------------------------------- output
+def header(title: str) -> None:
+    """Title, machine and package versions, and the load average (the machine is shared)."""
+    import onnx
+    import onnxruntime
+    import dynashape
+    try:
+        load = Path("/proc/loadavg").read_text().split()[:3]
+    except OSError:
+        load = ["?"]
+    print(f"== {title}")
+    print(f"   {time.strftime('%Y-%m-%d %H:%M:%S')}  python {platform.python_version()}  numpy {np.__version__}  "
+          f"onnx {onnx.__version__}  onnxruntime {onnxruntime.__version__}  dynashape {dynashape.__version__}")
+    print(f"   cpus {os.cpu_count()}  loadavg {' '.join(load)}  "
+          f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')} "
+          f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}  ORT threads intra=1 inter=1")
+    print()
+
+
+def fmt(x, digits: int = 3) -> str:
+    """Numbers for tables: fixed width-friendly, '-' for None."""
+    if x is None:
+        return "-"
+    if isinstance(x, str):
+        return x
+    if isinstance(x, int):
+        return str(x)
+    if x != x:  # nan
+        return "nan"
+    if x == float("inf"):
+        return "inf"
+    if x == 0:
+        return "0"
+    ax = abs(x)
+    if ax >= 1000:
+        return f"{x:.0f}"
+    if ax >= 100:
+        return f"{x:.1f}"
+    if ax >= 1e-2:
+        return f"{x:.{digits}g}" if ax < 10 else f"{x:.2f}"
+    return f"{x:.1e}"
+
+
+def print_table(headers: Sequence[str], rows: Iterable[Sequence], align: str | None = None) -> None:
+    """Aligned text table. align: one char per column, 'l' or 'r' (default: first column l)."""
+    rows = [[fmt(c) for c in r] for r in rows]
+    align = align or ("l" + "r" * (len(headers) - 1))
+    widths = [max([len(h)] + [len(r[i]) for r in rows if i < len(r)]) for i, h in enumerate(headers)]
+
+    def line(cells):
+        out = []
+        for i, c in enumerate(cells):
+            out.append(c.ljust(widths[i]) if align[i] == "l" else c.rjust(widths[i]))
+        return "  ".join(out).rstrip()
+
+    print(line(headers))
+    print("  ".join("-" * w for w in widths))
+    for r in rows:
+        print(line(r))
+    print()
+
+
+def short_error(exc: BaseException, width: int = 90) -> str:
+    msg = f"{type(exc).__name__}: {exc}".replace("\n", " ")
+    return msg if len(msg) <= width else msg[: width - 3] + "..."

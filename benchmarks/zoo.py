@@ -1,0 +1,174 @@
+"""Zoo benchmark: dynashape vs ONNX Runtime on every model of ../shared/zoo.
+
+What is measured, per model (zoo.json, group "ort-optimized" skipped) and named shape
+(small, odd, large as listed):
+  * dynashape: median ms of sess.run(None, feeds) on one InferenceSession(path, allocator="pool")
+    shared by all shapes of the model (so the plan for the shape is cached after the warm-up);
+  * ONNX Runtime: median ms, CPUExecutionProvider, intra_op_num_threads=1, inter_op_num_threads=1;
+  * ratio dynashape / ORT, and the max |difference| between their outputs.
+BLAS runs single-threaded (OPENBLAS_NUM_THREADS=OMP_NUM_THREADS=1). Each cell gets one warm-up
+run, then timed runs (time.perf_counter) until they add up to ~0.3 s, at least 3 and at most 50.
+The end of the output lists each model's dynashape/ORT ratio at its large shape and whether
+the worst is under 20x.
+
+Run from the repository root:
+    python benchmarks/zoo.py                     # every model
+    python benchmarks/zoo.py --models bert,gpt2  # keys containing any of these substrings
+    python benchmarks/zoo.py --quick             # ~0.1 s per cell, 1-20 runs
+"""
+from __future__ import annotations
+
+import os
+
+os.environ["OPENBLAS_NUM_THREADS"] = "1"
+os.environ["OMP_NUM_THREADS"] = "1"
+
+import argparse  # noqa: E402
+import time  # noqa: E402
+import warnings  # noqa: E402
+
+import _common as C  # noqa: E402
+
+SHAPE_ORDER = ("small", "odd", "large")
+RATIO_TARGET = 20.0
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default="", help="comma-separated substrings of zoo keys to keep")
+    ap.add_argument("--quick", action="store_true", help="shorter timing (target 0.1 s, 1..20 runs)")
+    return ap.parse_args(argv)
+
+
+def timing_params(quick: bool) -> dict:
+    if quick:
+        return dict(warmup=1, min_runs=1, max_runs=20, target_s=0.1)
+    return dict(warmup=1, min_runs=3, max_runs=50, target_s=0.3)
+
+
+def ordered_shapes(entry: dict) -> list[str]:
+    names = list(entry.get("shapes", {}))
+    return [s for s in SHAPE_ORDER if s in names] + [s for s in names if s not in SHAPE_ORDER]
+
+
+def dims_text(dims: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in dims.items())
+
+
+def bench_shape(dyn, ort_sess, path, shape: str, timing: dict) -> dict:
+    """One cell: ORT and dynashape medians, the ratio and max |diff|; 'error' on a failure."""
+    row = {"dyn_ms": None, "ort_ms": None, "ratio": None, "diff": None, "runs": None, "error": ""}
+    feeds = C.make_feeds(path, shape)
+    ref = ort_sess.run(None, feeds)  # also ORT's warm-up
+    row["ort_ms"], ort_runs = C.median_ms(lambda: ort_sess.run(None, feeds), **dict(timing, warmup=0))
+    if dyn is None:
+        return row
+    try:
+        got = dyn.run(None, feeds)  # warm-up: plans this shape
+        row["diff"] = C.max_abs_diff(got, ref)
+        row["dyn_ms"], dyn_runs = C.median_ms(lambda: dyn.run(None, feeds), **dict(timing, warmup=0))
+    except Exception as exc:  # keep going: report it in the row
+        row["error"] = C.short_error(exc)
+        return row
+    row["ratio"] = row["dyn_ms"] / row["ort_ms"]
+    row["runs"] = f"{dyn_runs}/{ort_runs}"
+    return row
+
+
+def bench_model(key: str, entry: dict, timing: dict) -> list[dict]:
+    path = C.ZOO_DIR / entry["file"]
+    ort_sess = C.ort_session(path)
+    dyn, load_error, load_ms = None, "", None
+    t0 = time.perf_counter()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            dyn = C.dynashape_session(path, allocator="pool")
+        load_ms = (time.perf_counter() - t0) * 1e3
+    except Exception as exc:
+        load_error = "load: " + C.short_error(exc)
+    rows = []
+    for shape in ordered_shapes(entry):
+        try:
+            row = bench_shape(dyn, ort_sess, path, shape, timing)
+        except Exception as exc:  # feeds or ORT failed
+            row = {"error": "setup: " + C.short_error(exc)}
+        row.update(model=key, shape=shape, dims=dims_text(entry["shapes"][shape]), load_ms=load_ms)
+        if load_error and not row.get("error"):
+            row["error"] = load_error
+        rows.append(row)
+        print_row(row)
+    return rows
+
+
+COLUMNS = ("model", "shape", "dims", "dyn ms", "ORT ms", "dyn/ORT", "max|diff|", "runs dyn/ORT", "note")
+WIDTHS = (22, 6, 32, 9, 9, 8, 9, 13, 0)
+ALIGN = "lllrrrrrl"
+
+
+def print_line(cells) -> None:
+    out = []
+    for c, w, a in zip(cells, WIDTHS, ALIGN):
+        out.append(c.ljust(w) if a == "l" else c.rjust(w))
+    print("  ".join(out).rstrip(), flush=True)
+
+
+def print_row(row: dict) -> None:
+    """Rows are printed as they are measured (the whole run takes minutes)."""
+    print_line([row["model"], row["shape"], row["dims"], C.fmt(row.get("dyn_ms")), C.fmt(row.get("ort_ms")),
+                C.fmt(row.get("ratio"), 3) if row.get("ratio") is None else f"{row['ratio']:.2f}",
+                C.fmt(row.get("diff")), row.get("runs") or "-", row.get("error", "")])
+
+
+def summary(rows: list[dict]) -> None:
+    """Each model's ratio at its large shape, and the worst one against the 20x target."""
+    large = [r for r in rows if r["shape"] == "large"]
+    print()
+    print("dynashape / ORT at each model's large shape (worst first)")
+    table = []
+    for r in sorted(large, key=lambda r: -(r.get("ratio") or float("inf"))):
+        table.append([r["model"], r["dims"], r.get("dyn_ms"), r.get("ort_ms"),
+                      "-" if r.get("ratio") is None else f"{r['ratio']:.2f}",
+                      "-" if r.get("ratio") is None else ("yes" if r["ratio"] < RATIO_TARGET else "NO"),
+                      r.get("error", "")])
+    C.print_table(["model", "dims", "dyn ms", "ORT ms", "dyn/ORT", f"<{RATIO_TARGET:g}x", "note"], table,
+                  align="llrrrll")
+    measured = [r for r in large if r.get("ratio") is not None]
+    failed = [r["model"] for r in large if r.get("ratio") is None]
+    if measured:
+        worst = max(measured, key=lambda r: r["ratio"])
+        verdict = "under" if worst["ratio"] < RATIO_TARGET else "NOT under"
+        print(f"worst large-shape ratio: {worst['ratio']:.2f}x ({worst['model']}, {worst['dims']}) -> "
+              f"{verdict} {RATIO_TARGET:g}x")
+    if failed:
+        print(f"not measured at the large shape (dynashape failed): {', '.join(failed)}")
+    bad = [r for r in rows if r.get("diff") is not None and not (r["diff"] <= 1e-3)]
+    if bad:
+        print("cells with max|diff| > 1e-3: " + ", ".join(f"{r['model']}/{r['shape']} ({C.fmt(r['diff'])})"
+                                                         for r in bad))
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    C.require_zoo()
+    C.header("zoo benchmark: dynashape (allocator=pool) vs ONNX Runtime (CPU, 1 thread)"
+             + (" [--quick]" if args.quick else ""))
+    timing = timing_params(args.quick)
+    catalog = C.zoo_catalog()
+    wanted = [s for s in args.models.split(",") if s]
+    keys = [k for k in catalog if not wanted or any(w in k for w in wanted)]
+    print(f"models: {len(keys)} (group ort-optimized skipped); timing: {timing}")
+    print()
+    print_line(list(COLUMNS))
+    print_line(["-" * w for w in WIDTHS[:-1]] + ["----"])
+    t0 = time.perf_counter()
+    rows = []
+    for key in keys:
+        rows += bench_model(key, catalog[key], timing)
+    summary(rows)
+    print(f"\ntotal {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,57 @@
+"""What ``dynashape inspect`` reports: every tensor's dtype, symbolic shape, producer and plugin."""
+from __future__ import annotations
+
+from typing import Any
+
+from .session import InferenceSession
+from .symbolic import dim_str
+
+__all__ = ["inspect_session"]
+
+
+def _dims(shape) -> Any:
+    return None if shape is None else [d if isinstance(d, int) else dim_str(d) for d in shape]
+
+
+def inspect_session(sess: InferenceSession) -> dict:
+    """``{"tensors": [...], "summary": {...}}`` for the graph inputs and every node output.
+
+    Each tensor: ``name``, ``dtype`` (numpy name), ``shape`` (int or str per dim, None when
+    the rank is unknown), ``producer`` (op type, or "input" / "constant-folded"),
+    ``plugin`` and ``data_dependent``.
+    """
+    pg, sg = sess.graph, sess.symbolic
+    producers = {}
+    for pn in pg.nodes:
+        for o in pn.outputs:
+            if o >= 0:
+                producers[o] = (pn.node.op_type, pn.opdef.plugin)
+    folded_at_load = {}
+    for node in sess.model.graph.nodes:
+        for name in node.outputs:
+            slot = pg.slot.get(name)
+            if slot is not None and slot not in producers:
+                op = sess.registry.resolve_op(node.domain, node.op_type,
+                                              sess.model.opsets.get(node.domain, 1))
+                folded_at_load[slot] = (node.op_type, op.plugin)
+    tensors = []
+    slots = list(pg.input_slots) + [s for n in sess.model.graph.nodes for s in
+                                    (pg.slot.get(o) for o in n.outputs if o) if s is not None]
+    seen = set()
+    for s in slots:
+        if s in seen:
+            continue
+        seen.add(s)
+        if s in folded_at_load:
+            op_type, plugin = folded_at_load[s]
+            arr = pg.constants[s]
+            shape, dtype, dd = list(arr.shape), arr.dtype.name, False
+        else:
+            op_type, plugin = producers.get(s, ("input", ""))
+            shape, dd = _dims(sg.shapes[s]), sg.is_data_dependent(s)
+            dtype = sg.dtypes[s].name if sg.dtypes[s] is not None else None
+        tensors.append({"name": pg.names[s], "dtype": dtype, "shape": shape, "producer": op_type,
+                        "plugin": plugin, "data_dependent": dd})
+    n_dd = sum(t["data_dependent"] for t in tensors)
+    return {"tensors": tensors,
+            "summary": {"tensors": len(tensors), "fully_symbolic": len(tensors) - n_dd, "data_dependent": n_dd}}
