@@ -169,3 +169,16 @@ def print_table(headers: Sequence[str], rows: Iterable[Sequence], align: str | N
 def short_error(exc: BaseException, width: int = 90) -> str:
     msg = f"{type(exc).__name__}: {exc}".replace("\n", " ")
     return msg if len(msg) <= width else msg[: width - 3] + "..."
+
+
+def fmt_ms(ms) -> str:
+    """Milliseconds with enough decimals for µs-scale runs: 578.3, 17.91, 0.385, 0.0082."""
+    if ms is None:
+        return "-"
+    if ms >= 100:
+        return f"{ms:.1f}"
+    if ms >= 1:
+        return f"{ms:.2f}"
+    if ms >= 0.1:
+        return f"{ms:.3f}"
+    return f"{ms:.4f}"

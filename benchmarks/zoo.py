@@ -102,22 +102,21 @@ def bench_model(key: str, entry: dict, timing: dict) -> list[dict]:
 
 
 COLUMNS = ("model", "shape", "dims", "dyn ms", "ORT ms", "dyn/ORT", "max|diff|", "runs dyn/ORT", "note")
-WIDTHS = (22, 6, 32, 9, 9, 8, 9, 13, 0)
 ALIGN = "lllrrrrrl"
+WIDTHS = [22, 6, 30, 9, 9, 7, 9, 12, 0]  # the model width is set from the keys in main()
 
 
 def print_line(cells) -> None:
-    out = []
-    for c, w, a in zip(cells, WIDTHS, ALIGN):
-        out.append(c.ljust(w) if a == "l" else c.rjust(w))
+    out = [c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(cells, WIDTHS, ALIGN)]
     print("  ".join(out).rstrip(), flush=True)
 
 
 def print_row(row: dict) -> None:
-    """Rows are printed as they are measured (the whole run takes minutes)."""
-    print_line([row["model"], row["shape"], row["dims"], C.fmt(row.get("dyn_ms")), C.fmt(row.get("ort_ms")),
-                C.fmt(row.get("ratio"), 3) if row.get("ratio") is None else f"{row['ratio']:.2f}",
-                C.fmt(row.get("diff")), row.get("runs") or "-", row.get("error", "")])
+    """Rows are printed as they are measured (the whole run takes a minute or more)."""
+    ratio = row.get("ratio")
+    print_line([row["model"], row["shape"], row["dims"], C.fmt_ms(row.get("dyn_ms")), C.fmt_ms(row.get("ort_ms")),
+                "-" if ratio is None else f"{ratio:.2f}", C.fmt(row.get("diff")), row.get("runs") or "-",
+                row.get("error", "")])
 
 
 def summary(rows: list[dict]) -> None:
@@ -127,7 +126,7 @@ def summary(rows: list[dict]) -> None:
     print("dynashape / ORT at each model's large shape (worst first)")
     table = []
     for r in sorted(large, key=lambda r: -(r.get("ratio") or float("inf"))):
-        table.append([r["model"], r["dims"], r.get("dyn_ms"), r.get("ort_ms"),
+        table.append([r["model"], r["dims"], C.fmt_ms(r.get("dyn_ms")), C.fmt_ms(r.get("ort_ms")),
                       "-" if r.get("ratio") is None else f"{r['ratio']:.2f}",
                       "-" if r.get("ratio") is None else ("yes" if r["ratio"] < RATIO_TARGET else "NO"),
                       r.get("error", "")])
@@ -157,7 +156,8 @@ def main(argv=None) -> int:
     catalog = C.zoo_catalog()
     wanted = [s for s in args.models.split(",") if s]
     keys = [k for k in catalog if not wanted or any(w in k for w in wanted)]
-    print(f"models: {len(keys)} (group ort-optimized skipped); timing: {timing}")
+    print(f"models: {len(keys)} (group ort-optimized skipped); timing per cell: {timing}")
+    WIDTHS[0] = max([len(COLUMNS[0])] + [len(k) for k in keys])
     print()
     print_line(list(COLUMNS))
     print_line(["-" * w for w in WIDTHS[:-1]] + ["----"])

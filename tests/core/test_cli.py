@@ -1,0 +1,88 @@
+"""The command line: demo, run (dims by name, shapes per input, ORT comparison), inspect."""
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import onnx
+from click.testing import CliRunner
+
+from dynashape.cli import main
+from dynashape.demo import build_demo_model
+from tests.conftest import shared_path
+
+
+def _invoke(*args):
+    result = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    return result.exit_code, result.output
+
+
+def test_demo_prints_five_matching_rows_per_allocator():
+    code, out = _invoke("demo")
+    assert code == 0, out
+    rows = [line.split() for line in out.splitlines() if re.match(r"^(naive|pool)\s+\d", line)]
+    assert [(r[0], int(r[1])) for r in rows] == [(a, b) for a in ("naive", "pool") for b in (1, 2, 8, 3, 1)]
+    assert all(float(r[-2]) <= 1e-5 for r in rows)  # max abs diff column
+    assert "all runs match ONNX Runtime" in out
+
+
+def test_run_binds_dims_by_name_and_compares_with_ort(tmp_path):
+    path = tmp_path / "demo.onnx"
+    onnx.save(build_demo_model(), path)
+    code, out = _invoke("run", str(path), "--dim", "batch=5", "--compare-ort", "--repeat", "3")
+    assert code == 0, out
+    assert "input  x: float32[5, 2, 3]" in out
+    line = next(line for line in out.splitlines() if line.startswith("output y"))
+    assert "float32[5, 6]" in line and float(line.split("max_abs_diff_vs_ort=")[1]) <= 1e-6
+
+
+def test_run_with_an_input_file(tmp_path):
+    path = tmp_path / "demo.onnx"
+    onnx.save(build_demo_model(), path)
+    x = np.ones((2, 2, 3), np.float32)
+    np.save(tmp_path / "x.npy", x)
+    code, out = _invoke("run", str(path), "--input", f"x={tmp_path / 'x.npy'}")
+    assert code == 0, out
+    # y = 1 + bias; checksum = 2 * (6 + sum(bias)) = 2 * (6 + 4.25)
+    assert "checksum=20.5" in out
+
+
+def test_run_with_arbitrary_dim_names_and_whole_shapes():
+    det = shared_path("zoo", "thirdparty", "rapidocr-onnxruntime", "ch_PP-OCRv4_det_infer.onnx")
+    code, out = _invoke("run", str(det), "--dim", "p2o.DynamicDimension.0=1", "--dim", "p2o.DynamicDimension.1=64",
+                        "--dim", "p2o.DynamicDimension.2=96")
+    assert code == 0, out
+    assert "input  x: float32[1, 3, 64, 96]" in out and "float32[1, 1, 64, 96]" in out
+    code, out = _invoke("run", str(det), "--shape", "x=1x3x32x64", "--compare-ort")
+    assert code == 0, out
+    line = next(line for line in out.splitlines() if line.startswith("output"))
+    assert "float32[1, 1, 32, 64]" in line and float(line.split("max_abs_diff_vs_ort=")[1]) < 1e-4
+
+
+def test_run_reports_invalid_feeds_as_an_error(tmp_path):
+    path = tmp_path / "demo.onnx"
+    onnx.save(build_demo_model(), path)
+    result = CliRunner().invoke(main, ["run", str(path), "--shape", "x=2x4x3"])
+    assert result.exit_code != 0
+    assert "axis 1: expected 2" in result.output
+
+
+def test_inspect_json_lists_every_tensor_with_symbolic_shapes(tmp_path):
+    path = tmp_path / "demo.onnx"
+    onnx.save(build_demo_model(), path)
+    code, out = _invoke("inspect", str(path), "--format", "json")
+    assert code == 0
+    report = json.loads(out)
+    by_name = {t["name"]: t for t in report["tensors"]}
+    assert by_name["y"] == {"name": "y", "dtype": "float32", "shape": ["batch", 6], "producer": "Add",
+                            "plugin": "dynashape.ops_builtin", "data_dependent": False}
+    assert by_name["target"]["shape"] == [2]
+    assert report["summary"] == {"tensors": 8, "fully_symbolic": 8, "data_dependent": 0}
+
+
+def test_inspect_table_ends_with_the_summary_line(tmp_path):
+    path = tmp_path / "demo.onnx"
+    onnx.save(build_demo_model(), path)
+    code, out = _invoke("inspect", str(path))
+    assert out.strip().splitlines()[-1] == "8 of 8 tensors fully symbolic, 0 data-dependent"
