@@ -5,13 +5,14 @@ The scripts set OPENBLAS_NUM_THREADS / OMP_NUM_THREADS themselves, before numpy 
 """
 from __future__ import annotations
 
+import math
 import os
 import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -107,9 +108,9 @@ def max_abs_diff(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> float:
 # --------------------------------------------------------------------------- output
 def header(title: str) -> None:
     """Title, machine and package versions, and the load average (the machine is shared)."""
+    import dynashape
     import onnx
     import onnxruntime
-    import dynashape
     try:
         load = Path("/proc/loadavg").read_text().split()[:3]
     except OSError:
@@ -131,7 +132,7 @@ def fmt(x, digits: int = 3) -> str:
         return x
     if isinstance(x, int):
         return str(x)
-    if x != x:  # nan
+    if math.isnan(x):
         return "nan"
     if x == float("inf"):
         return "inf"

@@ -23,11 +23,11 @@ import os
 os.environ["OPENBLAS_NUM_THREADS"] = "1"
 os.environ["OMP_NUM_THREADS"] = "1"
 
-import argparse  # noqa: E402
-import time  # noqa: E402
-import warnings  # noqa: E402
+import argparse
+import time
+import warnings
 
-import _common as C  # noqa: E402
+import _common as C
 
 SHAPE_ORDER = ("small", "odd", "large")
 RATIO_TARGET = 20.0

@@ -102,6 +102,8 @@ class InferenceSession:
         self._lock = threading.Lock()
         self._input_index = {vi.name: i for i, vi in enumerate(self._inputs)}
         self._output_slot = {vi.name: self.graph.slot[vi.name] for vi in self._outputs}
+        self._output_names = [vi.name for vi in self._outputs]
+        self._input_slots = [(vi.name, self.graph.slot[vi.name]) for vi in self._inputs]
         self.shape_conflicts = self._declared_vs_inferred()
 
     # description ------------------------------------------------------------
@@ -153,11 +155,14 @@ class InferenceSession:
             ShapeInferenceError: an operator's shape rule is broken for these shapes.
             ExecutionError: a kernel failed.
         """
-        names = [o.name for o in self._outputs] if not output_names else list(output_names)
-        for n in names:
-            if n not in self._output_slot:
-                raise InputNameError(f"unknown output name '{n}'; the model's outputs are "
-                                     f"{[o.name for o in self._outputs]}")
+        if output_names:
+            names = list(output_names)
+            for n in names:
+                if n not in self._output_slot:
+                    raise InputNameError(f"unknown output name '{n}'; the model's outputs are "
+                                         f"{[o.name for o in self._outputs]}")
+        else:
+            names = self._output_names
         with self._lock:
             try:
                 feeds, key = self._bind(input_feed)
@@ -169,37 +174,48 @@ class InferenceSession:
             except Exception:
                 self.stats.failed_runs += 1
                 raise
-        out = []
-        for n in names:
-            v = vals[self._output_slot[n]]
-            out.append(v if id(v) in fresh else np.array(v, copy=True))
-        return out
+        slots = self._output_slot
+        return [v if id(v) in fresh else np.array(v, copy=True) for v in (vals[slots[n]] for n in names)]
 
     def _bind(self, input_feed: Mapping[str, Any]) -> tuple[dict, tuple]:
-        """Validate the feeds; returns {slot: array} and the plan-cache key."""
+        """{slot: array} and the plan-cache key. Feeds are validated unless their signature
+        (the key) already has a plan, which it only got after passing validation."""
+        feeds: dict = {}
+        key: list = []
+        value_inputs = self.graph.value_inputs
+        try:
+            for name, slot in self._input_slots:
+                arr = input_feed[name]
+                if type(arr) is not np.ndarray:
+                    arr = np.asarray(arr)
+                feeds[slot] = arr
+                key.append(arr.shape)
+                key.append(arr.dtype)
+                if slot in value_inputs:
+                    key.append(arr.tobytes())
+        except (KeyError, TypeError):
+            self._validate(input_feed)
+            raise
+        key_t = tuple(key)
+        if key_t not in self._plans or len(input_feed) != len(self._input_slots):
+            self._validate(input_feed)
+        return feeds, key_t
+
+    def _validate(self, input_feed: Mapping[str, Any]) -> None:
+        """Raise the first problem of the feeds: type, names, then each input's dtype and dims."""
         if not isinstance(input_feed, Mapping):
             raise InvalidFeedError(f"input_feed must be a dict of name -> array, got {type(input_feed).__name__}")
         unknown = [k for k in input_feed if k not in self._input_index]
         if unknown:
             raise InputNameError(f"unknown input name(s) {unknown}; the model's inputs are "
                                  f"{[v.name for v in self._inputs]}")
-        feeds: dict = {}
-        key: list = []
         bound: dict[str, tuple[int, str, int]] = {}
         for vi in self._inputs:
             if vi.name not in input_feed:
                 raise InputNameError(f"missing input '{vi.name}' (expected {vi.type} with shape "
                                      f"{_node_arg(vi).shape})")
             arr = input_feed[vi.name]
-            if not isinstance(arr, np.ndarray):
-                arr = np.asarray(arr)
-            self._check_feed(vi, arr, bound)
-            slot = self.graph.slot[vi.name]
-            feeds[slot] = arr
-            key.append((arr.shape, arr.dtype.str))
-            if slot in self.graph.value_inputs:
-                key.append(arr.tobytes())
-        return feeds, tuple(key)
+            self._check_feed(vi, arr if isinstance(arr, np.ndarray) else np.asarray(arr), bound)
 
     @staticmethod
     def _check_feed(vi: ValueInfo, arr: np.ndarray, bound: dict) -> None:
