@@ -31,3 +31,45 @@ def ort_run(model, feeds: dict, output_names=None) -> list[np.ndarray]:
     so.log_severity_level = 3
     sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
     return sess.run(output_names, feeds)
+
+
+def _ort_max_ir_version():
+    """The highest IR version the installed onnxruntime loads (older wheels, e.g. the last
+    ones for Python 3.10, stop below the IR version onnx.helper writes by default)."""
+    try:
+        import onnxruntime as ort
+        from onnx import TensorProto, helper
+    except ImportError:
+        return None
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    probe = helper.make_model(helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "probe", [x],
+                                                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])]),
+                              opset_imports=[helper.make_opsetid("", 13)])
+    for ir in range(probe.ir_version, 6, -1):
+        probe.ir_version = ir
+        try:
+            ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+            return ir
+        except Exception:  # noqa: BLE001 - probing
+            continue
+    return None
+
+
+def _cap_default_ir_version() -> None:
+    from onnx import helper
+
+    cap = _ort_max_ir_version()
+    original = helper.make_model
+    if cap is None or cap >= original(helper.make_graph([], "g", [], [])).ir_version:
+        return
+
+    def make_model(graph, **kwargs):
+        model = original(graph, **kwargs)
+        if "ir_version" not in kwargs:
+            model.ir_version = min(model.ir_version, cap)
+        return model
+
+    helper.make_model = make_model
+
+
+_cap_default_ir_version()
