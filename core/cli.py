@@ -1,4 +1,4 @@
-"""The ``dynashape`` command line: ``demo``, ``run``.
+"""The ``dynashape`` command line: ``demo``, ``run``, ``inspect``, ``plan``.
 
     dynashape demo
     dynashape run model.onnx --dim batch=4 --shape x=4x3x32x32 --compare-ort
@@ -154,6 +154,46 @@ def inspect(model: str, fmt: str) -> None:
         click.echo("  ".join(str(c)[:60].ljust(w) for c, w in zip(r, widths)).rstrip())
     s = report["summary"]
     click.echo(f"{s['fully_symbolic']} of {s['tensors']} tensors fully symbolic, {s['data_dependent']} data-dependent")
+
+
+@main.command()
+@click.argument("model", type=click.Path(exists=True, dir_okay=False))
+@click.option("--dim", "dims", multiple=True, help="bind a dim_param: NAME=VALUE (repeatable)")
+@click.option("--shape", "shapes", multiple=True, help="an input's whole shape: INPUT=1x3x320x320")
+@click.option("--input", "inputs", multiple=True, help="an input from a .npy file: NAME=FILE.npy")
+@click.option("--allocator", type=click.Choice(["pool", "naive"]), default="pool", show_default=True)
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="draw the plan to this PNG (matplotlib)")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+def plan(model: str, dims, shapes, inputs, allocator: str, plot_path, fmt: str, seed: int) -> None:
+    """The memory plan of MODEL for the given input shapes: per-tensor bytes, lifetime and
+    offset, and the arena / lower bound / naive totals (without running the model)."""
+    import json
+
+    from .feeds import random_feeds
+    from .memreport import format_table, plan_report, plot_plan, public
+    from .session import InferenceSession
+
+    try:
+        sess = InferenceSession(model, allocator=allocator, validate_memory=False)
+        dim_values = {k: int(v) for k, v in _parse_pairs(dims, "--dim").items()}
+        shape_values = {k: [int(x) for x in v.lower().split("x")] if v else []
+                        for k, v in _parse_pairs(shapes, "--shape").items()}
+        given = {k: np.load(v) for k, v in _parse_pairs(inputs, "--input").items()}
+        report = plan_report(sess, sess.plan(random_feeds(sess, dim_values, shape_values, given, seed=seed)))
+    except (DynashapeError, ValueError) as exc:
+        raise click.ClickException(str(exc))
+    if plot_path:
+        try:
+            plot_plan(report, plot_path, title=f"{model}: {report['allocator']} plan")
+        except ImportError:
+            raise click.ClickException("--plot needs matplotlib (pip install 'dynashape[plot]')")
+    if fmt == "json":
+        click.echo(json.dumps(public(report), indent=1))
+    else:
+        click.echo(format_table(report))
+        if plot_path:
+            click.echo(f"plot:        {plot_path}")
 
 
 if __name__ == "__main__":  # pragma: no cover

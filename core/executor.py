@@ -7,6 +7,7 @@ planned buffers; graph outputs are fresh arrays of each run (never arena views).
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -94,12 +95,12 @@ class Plan:
         self.bound_generation = arena.generation
 
 
-def _plannable(shape, dtype) -> bool:
-    return shape is not None and dtype is not None and dtype != object and int(np.prod(shape)) > 0
-
-
-def _nbytes(shape, dtype) -> int:
-    return int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+def _planned_nbytes(shape, dtype) -> Optional[int]:
+    """Bytes of an arena-planned tensor; None when it cannot live in the arena."""
+    if shape is None or dtype is None or dtype.kind == "O":
+        return None
+    n = math.prod(shape) * dtype.itemsize
+    return n if n > 0 else None
 
 
 def build_plan(pg: PreparedGraph, res: Resolution, allocator: str, validate: bool = False) -> Plan:
@@ -126,6 +127,7 @@ def build_plan(pg: PreparedGraph, res: Resolution, allocator: str, validate: boo
         steps.append(Step(idx, status, kernel.compute if kernel is not None else None, prepared,
                           tuple(pn.all_inputs), tuple(pn.outputs), [None] * len(pn.outputs), ()))
     pool = allocator == "pool"
+    t_mem = time.perf_counter()
     specs = [_step_spec(pg, res, step, outputs, pool) for step in steps]
     blocks = lifetimes(specs, keep=pg.output_slots, inplace=pool)
     arena_slots: dict = {}
@@ -150,6 +152,7 @@ def build_plan(pg: PreparedGraph, res: Resolution, allocator: str, validate: boo
             naive[s] = np.empty(res.shapes[s], dtype=res.dtypes[s])
         total = naive_bytes(blocks)
         memory = MemoryPlan(blocks, total, lower_bound(blocks), total, 0.0, "naive")
+    memory.planning_ms = (time.perf_counter() - t_mem) * 1e3  # lifetimes and offsets
     for step, spec in zip(steps, specs):
         if step.kind != STEP:
             continue
@@ -175,10 +178,9 @@ def _step_spec(pg: PreparedGraph, res: Resolution, step: Step, outputs: set, poo
     aliases = {k: i for k, i in pn.opdef.aliases if k < len(step.outputs) and i < n_in}
     if step.kind != STEP:
         return StepSpec(step.inputs, step.outputs, (None,) * len(step.outputs), aliases)
-    sizes = []
-    for o in step.outputs:
-        shape, dtype = (res.shapes[o], res.dtypes[o]) if o >= 0 else (None, None)
-        sizes.append(_nbytes(shape, dtype) if o >= 0 and o not in outputs and _plannable(shape, dtype) else None)
+    shapes, dtypes = res.shapes, res.dtypes
+    sizes = [_planned_nbytes(shapes[o], dtypes[o]) if o >= 0 and o not in outputs else None
+             for o in step.outputs]
     inplace = ()
     kernel = res.kernels[step.index]
     if pool and kernel is not None and kernel.may_inplace:

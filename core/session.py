@@ -69,8 +69,10 @@ class InferenceSession:
         allocator: ``"pool"`` (one arena, offsets planned per input signature, reused when
             the new shapes fit and grown when they don't) or ``"naive"`` (one buffer per tensor).
         plan_cache_size: how many input signatures keep their plan (LRU).
-        validate_memory: check every pool plan for overlapping live tensors (also
-            ``DYNASHAPE_VALIDATE_MEMORY=1``).
+        validate_memory: check every pool plan for overlapping live tensors, and during
+            runs poison freed arena blocks and check that every arena array a step reads
+            or writes lies in its own live block (also ``DYNASHAPE_VALIDATE_MEMORY=1``;
+            see docs/MEMORY.md). Raises ``MemoryPlanError``.
 
     Raises:
         ModelLoadError: the model cannot be read.
@@ -265,6 +267,14 @@ class InferenceSession:
             self.arena.reserve(plan.memory.arena_bytes)
             plan.bind(self.arena)
         return plan
+
+    def plan(self, input_feed: Mapping[str, Any]) -> Plan:
+        """The plan of these feeds' signature (shapes, steps, memory), from the cache or made now,
+        without running; the arena is reserved for it as a run would. ``plan(...).memory`` has
+        ``arena_bytes``, ``lower_bound_bytes``, ``naive_bytes``, ``planning_ms`` and the blocks."""
+        with self._lock:
+            feeds, key = self._bind(input_feed)
+            return self._plan(key, feeds)
 
     def trim(self) -> None:
         """Release the arena and every cached plan (memory comes back on the next run)."""
