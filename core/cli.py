@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Optional
 
 import click
 import numpy as np
@@ -200,4 +199,3 @@ if __name__ == "__main__":  # pragma: no cover
     main()
 
 
-_ = Optional

@@ -16,9 +16,10 @@ import numpy as np
 
 from .errors import DynashapeError, ExecutionError, MemoryPlanError
 from .graph import PreparedGraph
-from .inference import DYNAMIC, FOLDED, STEP, Resolution, kernel_for, make_context, run_node_now, _infer
+from .inference import DYNAMIC, FOLDED, STEP, Resolution, kernel_for, run_node_now, _infer
 from .planner import (VIEW, MemoryPlan, StepSpec, check_no_overlap, lifetimes, lower_bound, naive_bytes,
                       plan_offsets)
+from .records import InferContext
 from .registry import Registry
 
 __all__ = ["Plan", "Arena", "build_plan", "execute"]
@@ -290,12 +291,11 @@ def _run_dynamic(pg: PreparedGraph, step: Step, registry: Registry, vals: list, 
     """Infer, allocate and run a node whose shapes are only known now."""
     pn = pg.nodes[step.index]
     arrays = [vals[i] if i >= 0 else None for i in pn.all_inputs]
-    shapes = {i: tuple(np.shape(a)) for i, a in zip(pn.all_inputs, arrays) if a is not None}
-    dtypes = {i: np.asarray(a).dtype for i, a in zip(pn.all_inputs, arrays) if a is not None}
-    lookup_s = _Lookup(shapes)
-    lookup_d = _Lookup(dtypes)
-    lookup_v = _Lookup({i: a for i, a in zip(pn.all_inputs, arrays) if a is not None})
-    ctx = make_context(pn, lookup_s, lookup_d, lookup_v, runtime)
+    present = [a is not None for a in arrays]
+    ctx = InferContext(pn.node, pn.opset,
+                       [tuple(np.shape(a)) if p else None for a, p in zip(arrays, present)],
+                       [np.asarray(a).dtype if p else None for a, p in zip(arrays, present)],
+                       arrays, runtime=runtime)
     _infer(pn, ctx)
     kernel = kernel_for(registry, pn, ctx)
     for o, a in zip(pn.outputs, run_node_now(pn, kernel, ctx, arrays)):
@@ -303,9 +303,3 @@ def _run_dynamic(pg: PreparedGraph, step: Step, registry: Registry, vals: list, 
             vals[o] = a
 
 
-class _Lookup(dict):
-    def __getitem__(self, key):
-        return self.get(key)
-
-
-_ = (STEP, FOLDED)

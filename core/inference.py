@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .errors import DynashapeError, ExecutionError, ShapeInferenceError
+from .errors import DynashapeError, ExecutionError
 from .graph import PreparedGraph, PreparedNode
 from .records import InferContext, KernelDef
 from .registry import Registry
@@ -185,7 +185,6 @@ def _has_subgraph(pn: PreparedNode) -> bool:
     return bool(pn.implicit) or any(hasattr(a, "nodes") for a in pn.node.attrs.values())
 
 
-_ = ShapeInferenceError
 
 
 def fold_constants(pg: PreparedGraph, registry: Registry) -> int:

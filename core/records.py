@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable, NoReturn, Optional, Sequence, Union
 import numpy as np
 
 from .errors import ShapeInferenceError
-from .symbolic import Dim, Expr, sym
+from .symbolic import Expr, sym
 
 __all__ = [
     "Shape",
@@ -267,5 +267,3 @@ class OpLibrary:
             return fn
         return deco
 
-
-Dim = Dim

@@ -12,12 +12,11 @@ import threading
 import warnings
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Sequence, Union
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
-from .dtypes import type_string
 from .errors import (DimParamMismatch, InputDtypeMismatch, InputFixedDimMismatch, InputNameError,
                      InputRankMismatch, InvalidFeedError)
 from .executor import Arena, Plan, build_plan, execute
@@ -288,4 +287,3 @@ class InferenceSession:
         return self.arena.capacity
 
 
-_ = (Union, field)

@@ -5,12 +5,12 @@ rule is reported through ``ctx.fail`` with the node's name and input shapes.
 """
 from __future__ import annotations
 
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, Optional
 
 import numpy as np
 
 from .records import InferContext, Shape
-from .symbolic import Dim, Expr, dim_max, dim_min
+from .symbolic import Dim, dim_max, dim_min
 
 __all__ = [
     "broadcast_shapes",
@@ -126,4 +126,3 @@ def pool_output_dim(size: Dim, kernel: int, stride: int, pad_begin: int, pad_end
     return span // stride + 1
 
 
-_ = (Expr, Sequence)
