@@ -108,6 +108,17 @@ def _values_from_propagation(pn: PreparedNode, ctx: InferContext) -> Optional[li
     return out
 
 
+def constant_state(pg: PreparedGraph) -> tuple[list, list, list]:
+    """Per-slot shapes, dtypes and values with only the constants filled in."""
+    n = len(pg.names)
+    shapes: list = [None] * n
+    dtypes: list = [None] * n
+    values: list = [None] * n
+    for s, arr in pg.constants.items():
+        shapes[s], dtypes[s], values[s] = tuple(arr.shape), arr.dtype, arr
+    return shapes, dtypes, values
+
+
 def resolve(pg: PreparedGraph, registry: Registry, input_shapes: dict, input_dtypes: dict,
             input_values: dict, runtime=None) -> Resolution:
     """Concrete shapes, dtypes, host values and node statuses for one input signature.
@@ -116,12 +127,7 @@ def resolve(pg: PreparedGraph, registry: Registry, input_shapes: dict, input_dty
         ShapeInferenceError: an op's rule is broken by these shapes (node named).
         UnsupportedOperatorError: no kernel fits a node's dtypes.
     """
-    n = len(pg.names)
-    shapes: list = [None] * n
-    dtypes: list = [None] * n
-    values: list = [None] * n
-    for s, arr in pg.constants.items():
-        shapes[s], dtypes[s], values[s] = tuple(arr.shape), arr.dtype, arr
+    shapes, dtypes, values = constant_state(pg)
     for s in pg.input_slots:
         shapes[s] = input_shapes[s]
         dtypes[s] = input_dtypes[s]
@@ -194,12 +200,7 @@ def fold_constants(pg: PreparedGraph, registry: Registry) -> int:
 
     A node that fails here is kept: the error then surfaces, with its node, at run time.
     """
-    n = len(pg.names)
-    shapes: list = [None] * n
-    dtypes: list = [None] * n
-    values: list = [None] * n
-    for s, arr in pg.constants.items():
-        shapes[s], dtypes[s], values[s] = tuple(arr.shape), arr.dtype, arr
+    shapes, dtypes, values = constant_state(pg)
     kept = []
     for pn in pg.nodes:
         ins = pn.all_inputs

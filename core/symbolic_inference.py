@@ -19,8 +19,18 @@ from typing import Optional
 import numpy as np
 
 from .graph import PreparedGraph
-from .inference import (DYNAMIC, FOLDED, FOLD_LIMIT, STEP, Resolution, _has_subgraph, _infer, kernel_for,
-                        run_node_now)
+from .inference import (
+    DYNAMIC,
+    FOLD_LIMIT,
+    FOLDED,
+    STEP,
+    Resolution,
+    _has_subgraph,
+    _infer,
+    constant_state,
+    kernel_for,
+    run_node_now,
+)
 from .model import input_dim_exprs
 from .records import InferContext
 from .registry import Registry
@@ -148,10 +158,7 @@ def _fresh_names(taken: set[str]):
 def infer_symbolic(pg: PreparedGraph, registry: Registry) -> SymbolicGraph:
     """Walk the graph once with symbolic input dims (never raises: a node whose inference
     fails symbolically is marked DYNAMIC and resolved with concrete shapes at run time)."""
-    n = len(pg.names)
-    shapes: list = [None] * n
-    dtypes: list = [None] * n
-    values: list = [None] * n
+    shapes, dtypes, values = constant_state(pg)
     taken = {d.value for vi in pg.graph.inputs if vi.dims for d in vi.dims if isinstance(d.value, str)}
     taken |= set(pg.names)
     input_symbols: dict = {}
@@ -164,8 +171,6 @@ def infer_symbolic(pg: PreparedGraph, registry: Registry) -> SymbolicGraph:
             if isinstance(d, Expr):
                 for name in free_symbols(d):
                     input_symbols.setdefault(name, (s, axis))
-    for s, arr in pg.constants.items():
-        shapes[s], dtypes[s], values[s] = tuple(arr.shape), arr.dtype, arr
     names = _fresh_names(taken)
     fresh: set = set()
 
