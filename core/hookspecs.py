@@ -14,6 +14,7 @@ A plugin is a module (or object) with functions decorated by :data:`hookimpl`::
     def dynashape_register_kernels():
         return lib.kernels
 
+(``plugin = lib.plugin()`` builds the same object from an :class:`~dynashape.records.OpLibrary`)
 and is made known either through the entry-point group ``dynashape`` in its package
 metadata (``[project.entry-points.dynashape] myplugin = "mypkg.plugin"``) or at run time
 with :func:`dynashape.register_plugin`. The builtin operators

@@ -23,6 +23,7 @@ so write them with ``+ - * //`` and the helpers of :mod:`dynashape.shapes`, neve
 from __future__ import annotations
 
 import itertools
+from types import SimpleNamespace
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, NoReturn, Optional, Sequence, Union
 
@@ -253,6 +254,22 @@ class OpLibrary:
                                       infer_dtype=infer_dtype, domain=domain, **fields))
             return fn
         return deco
+
+    def plugin(self) -> Any:
+        """A plugin object whose two hooks return this library's records, ready for
+        :func:`dynashape.register_plugin` or an entry point (``"pkg:plugin"``)."""
+        from .hookspecs import hookimpl
+
+        @hookimpl
+        def dynashape_register_ops():
+            return self.ops
+
+        @hookimpl
+        def dynashape_register_kernels():
+            return self.kernels
+
+        return SimpleNamespace(dynashape_register_ops=dynashape_register_ops,
+                               dynashape_register_kernels=dynashape_register_kernels)
 
     def kernel(self, op_type: str, *, since_version: int = 1, end_version: Optional[int] = None,
                domain: str = "", dtypes: Optional[Iterable[Any]] = None, **fields: Any

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from dynashape import hookimpl
 from dynashape.records import OpLibrary, same_dtype
 from dynashape.shapes import broadcast_shapes
 
@@ -55,11 +54,5 @@ def _fast_gelu(inputs, outputs, ctx):
     np.copyto(outputs[0], 0.5 * x * (1.0 + np.tanh(inner)), casting="unsafe")
 
 
-@hookimpl
-def dynashape_register_ops():
-    return lib.ops
-
-
-@hookimpl
-def dynashape_register_kernels():
-    return lib.kernels
+#: the object the entry point ``dynashape_example:plugin`` names
+plugin = lib.plugin()

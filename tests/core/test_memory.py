@@ -3,12 +3,11 @@ exact lower bounds on hand-made graphs, arena growth, validation mode (overlaps,
 blocks, poison), and the planner's targets on the zoo (ratio, naive/pool, planning time)."""
 from __future__ import annotations
 
-import types
 
 import dynashape
 import numpy as np
 import pytest
-from dynashape import executor, hookimpl
+from dynashape import executor
 from dynashape.executor import execute
 from dynashape.planner import (
     INPLACE,
@@ -376,19 +375,6 @@ def test_validation_catches_a_read_of_a_freed_block(monkeypatch):
         sess.run(None, {"x": _x(4, 16)})
 
 
-def _plugin(lib):
-    @hookimpl
-    def dynashape_register_ops():
-        return lib.ops
-
-    @hookimpl
-    def dynashape_register_kernels():
-        return lib.kernels
-
-    return types.SimpleNamespace(dynashape_register_ops=dynashape_register_ops,
-                                 dynashape_register_kernels=dynashape_register_kernels)
-
-
 @pytest.fixture
 def bad_ops():
     lib = OpLibrary()
@@ -409,7 +395,7 @@ def bad_ops():
     def _accumulate(inputs, outputs, ctx):
         outputs[0] += inputs[0]          # reads its output buffer before writing it
 
-    name = dynashape.register_plugin(_plugin(lib), name="test-memory-bad-ops")
+    name = dynashape.register_plugin(lib.plugin(), name="test-memory-bad-ops")
     yield
     dynashape.unregister_plugin(name)
 

@@ -14,25 +14,12 @@ from dynashape.records import OpLibrary, same_dtype
 from dynashape.registry import get_registry
 
 
-def _plugin(lib: OpLibrary) -> types.SimpleNamespace:
-    @hookimpl
-    def dynashape_register_ops():
-        return lib.ops
-
-    @hookimpl
-    def dynashape_register_kernels():
-        return lib.kernels
-
-    return types.SimpleNamespace(dynashape_register_ops=dynashape_register_ops,
-                                 dynashape_register_kernels=dynashape_register_kernels)
-
-
 @pytest.fixture
 def registered():
     names = []
 
     def register(lib: OpLibrary, name: str):
-        names.append(dynashape.register_plugin(_plugin(lib), name=name))
+        names.append(dynashape.register_plugin(lib.plugin(), name=name))
 
     yield register
     for n in names:
