@@ -76,27 +76,42 @@ def _parse_pairs(items, what: str) -> dict:
     return out
 
 
+def _feed_options(command):
+    """MODEL plus the options that choose its feeds and allocator (``run`` and ``plan``)."""
+    for option in reversed([
+        click.argument("model", type=click.Path(exists=True, dir_okay=False)),
+        click.option("--dim", "dims", multiple=True, help="bind a dim_param: NAME=VALUE (repeatable)"),
+        click.option("--shape", "shapes", multiple=True, help="an input's whole shape: INPUT=1x3x320x320"),
+        click.option("--input", "inputs", multiple=True, help="an input from a .npy file: NAME=FILE.npy"),
+        click.option("--allocator", type=click.Choice(["pool", "naive"]), default="pool", show_default=True),
+        click.option("--seed", type=int, default=0, show_default=True, help="seed of the random feeds"),
+    ]):
+        command = option(command)
+    return command
+
+
+def _feeds(sess, dims, shapes, inputs, seed: int) -> dict:
+    """Feeds from ``--input`` files, random elsewhere, shaped by ``--dim`` / ``--shape``."""
+    from .feeds import random_feeds
+
+    dim_values = {k: int(v) for k, v in _parse_pairs(dims, "--dim").items()}
+    shape_values = {k: [int(x) for x in v.lower().split("x")] if v else []
+                    for k, v in _parse_pairs(shapes, "--shape").items()}
+    given = {k: np.load(v) for k, v in _parse_pairs(inputs, "--input").items()}
+    return random_feeds(sess, dim_values, shape_values, given, seed=seed)
+
+
 @main.command()
-@click.argument("model", type=click.Path(exists=True, dir_okay=False))
-@click.option("--dim", "dims", multiple=True, help="bind a dim_param: NAME=VALUE (repeatable)")
-@click.option("--shape", "shapes", multiple=True, help="an input's whole shape: INPUT=1x3x320x320")
-@click.option("--input", "inputs", multiple=True, help="an input from a .npy file: NAME=FILE.npy")
-@click.option("--allocator", type=click.Choice(["pool", "naive"]), default="pool", show_default=True)
+@_feed_options
 @click.option("--repeat", type=int, default=1, show_default=True, help="runs on the same feeds")
 @click.option("--compare-ort", is_flag=True, help="also run ONNX Runtime and print the max abs diff")
-@click.option("--seed", type=int, default=0, show_default=True)
 def run(model: str, dims, shapes, inputs, allocator: str, repeat: int, compare_ort: bool, seed: int) -> None:
     """Run MODEL on given or random feeds and print each output's name, shape, dtype and checksum."""
-    from .feeds import random_feeds
     from .session import InferenceSession
 
     try:
         sess = InferenceSession(model, allocator=allocator)
-        dim_values = {k: int(v) for k, v in _parse_pairs(dims, "--dim").items()}
-        shape_values = {k: [int(x) for x in v.lower().split("x")] if v else []
-                        for k, v in _parse_pairs(shapes, "--shape").items()}
-        given = {k: np.load(v) for k, v in _parse_pairs(inputs, "--input").items()}
-        feeds = random_feeds(sess, dim_values, shape_values, given, seed=seed)
+        feeds = _feeds(sess, dims, shapes, inputs, seed)
         times = []
         for _ in range(max(1, repeat)):
             t0 = time.perf_counter()
@@ -156,30 +171,20 @@ def inspect(model: str, fmt: str) -> None:
 
 
 @main.command()
-@click.argument("model", type=click.Path(exists=True, dir_okay=False))
-@click.option("--dim", "dims", multiple=True, help="bind a dim_param: NAME=VALUE (repeatable)")
-@click.option("--shape", "shapes", multiple=True, help="an input's whole shape: INPUT=1x3x320x320")
-@click.option("--input", "inputs", multiple=True, help="an input from a .npy file: NAME=FILE.npy")
-@click.option("--allocator", type=click.Choice(["pool", "naive"]), default="pool", show_default=True)
+@_feed_options
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="draw the plan to this PNG (matplotlib)")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
 def plan(model: str, dims, shapes, inputs, allocator: str, plot_path, fmt: str, seed: int) -> None:
     """The memory plan of MODEL for the given input shapes: per-tensor bytes, lifetime and
     offset, and the arena / lower bound / naive totals (without running the model)."""
     import json
 
-    from .feeds import random_feeds
     from .memreport import format_table, plan_report, plot_plan, public
     from .session import InferenceSession
 
     try:
         sess = InferenceSession(model, allocator=allocator, validate_memory=False)
-        dim_values = {k: int(v) for k, v in _parse_pairs(dims, "--dim").items()}
-        shape_values = {k: [int(x) for x in v.lower().split("x")] if v else []
-                        for k, v in _parse_pairs(shapes, "--shape").items()}
-        given = {k: np.load(v) for k, v in _parse_pairs(inputs, "--input").items()}
-        report = plan_report(sess, sess.plan(random_feeds(sess, dim_values, shape_values, given, seed=seed)))
+        report = plan_report(sess, sess.plan(_feeds(sess, dims, shapes, inputs, seed)))
     except (DynashapeError, ValueError) as exc:
         raise click.ClickException(str(exc))
     if plot_path:
