@@ -171,20 +171,16 @@ def _extreme_initial(dt: np.dtype, largest: bool):
     return -np.inf if largest else np.inf
 
 
-def _max(x, plan, out):
-    if plan.empty:
-        np.maximum.reduce(x, axis=plan.axes, keepdims=True, out=out,
-                          initial=_extreme_initial(x.dtype, True))
-    else:
-        np.maximum.reduce(x, axis=plan.axes, keepdims=True, out=out)
+def _extreme(ufunc: np.ufunc, largest: bool):
+    """ReduceMax / ReduceMin body: an empty set reduces to the dtype's identity."""
+    def reduce(x, plan, out):
+        initial = {"initial": _extreme_initial(x.dtype, largest)} if plan.empty else {}
+        ufunc.reduce(x, axis=plan.axes, keepdims=True, out=out, **initial)
+    return reduce
 
 
-def _min(x, plan, out):
-    if plan.empty:
-        np.minimum.reduce(x, axis=plan.axes, keepdims=True, out=out,
-                          initial=_extreme_initial(x.dtype, False))
-    else:
-        np.minimum.reduce(x, axis=plan.axes, keepdims=True, out=out)
+_max = _extreme(np.maximum, True)
+_min = _extreme(np.minimum, False)
 
 
 def _prod(x, plan, out):
