@@ -19,6 +19,31 @@ def shared_path(*parts: str) -> Path:
     return p
 
 
+def load_shared_module(name: str, *parts: str):
+    """Import a helper script of ../shared (check_cases.py, make_inputs.py) by path."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, shared_path(*parts))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def one_node_model(op: str, inputs, attrs: dict, opset: int, n_outputs: int = 1, out_dtype=None):
+    """(model, feeds) for one ``op`` node; ``None`` inputs become absent optional inputs."""
+    from onnx import helper
+
+    names = [f"in{i}" if x is not None else "" for i, x in enumerate(inputs)]
+    outs = [f"out{i}" for i in range(n_outputs)]
+    feeds = {n: x for n, x in zip(names, inputs) if n}
+    odt = helper.np_dtype_to_tensor_dtype(np.dtype(out_dtype or inputs[0].dtype))
+    graph = helper.make_graph(
+        [helper.make_node(op, names, outs, **attrs)], "g",
+        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(x.dtype), x.shape) for n, x in feeds.items()],
+        [helper.make_tensor_value_info(o, odt, None) for o in outs])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), feeds
+
+
 def ort_run(model, feeds: dict, output_names=None) -> list[np.ndarray]:
     """ONNX Runtime (single thread, CPU) on a path, bytes or ModelProto."""
     ort = pytest.importorskip("onnxruntime")

@@ -1,22 +1,17 @@
 """The dynamic-shape cases from public bug reports (../shared/cases), both allocators."""
 from __future__ import annotations
 
-import importlib.util
 import sys
 
 import pytest
 
-from tests.conftest import shared_path
+from tests.conftest import load_shared_module, shared_path
 
 RUNNERS = ["run", "run_naive"]
 
 
 def _check_cases_module():
-    path = shared_path("cases", "check_cases.py")
-    spec = importlib.util.spec_from_file_location("check_cases", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_shared_module("check_cases", "cases", "check_cases.py")
 
 
 def _case_dirs():

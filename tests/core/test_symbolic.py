@@ -5,7 +5,7 @@ import time
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 import dynashape
 from dynashape.demo import build_demo_model, demo_input

@@ -6,14 +6,13 @@ Large shapes are marked ``slow``; the default CI run includes them.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import json
 
 import numpy as np
 import pytest
 
 import dynashape
-from tests.conftest import SHARED, ort_run, shared_path
+from tests.conftest import SHARED, load_shared_module, ort_run, shared_path
 
 SEQUENCE = ("small", "large", "odd", "small")
 #: models needing com.microsoft contrib ops belong to a later issue
@@ -29,11 +28,7 @@ def _catalog() -> dict:
 
 @functools.lru_cache(maxsize=None)
 def _make_inputs_module():
-    path = shared_path("zoo", "make_inputs.py")
-    spec = importlib.util.spec_from_file_location("zoo_make_inputs", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_shared_module("zoo_make_inputs", "zoo", "make_inputs.py")
 
 
 @functools.lru_cache(maxsize=None)

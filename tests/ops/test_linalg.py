@@ -12,7 +12,8 @@ from dynashape.records import InferContext
 from dynashape.registry import get_registry
 from dynashape.symbolic import sym
 from dynashape.testing import infer_node, run_node
-from onnx import helper
+
+from tests.conftest import one_node_model
 from onnx.reference import ReferenceEvaluator
 
 RNG = np.random.default_rng(1)
@@ -20,16 +21,7 @@ BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
 def _model(op, inputs, attrs, opset, out_dtype=None):
-    names = [f"in{i}" if x is not None else "" for i, x in enumerate(inputs)]
-    node = helper.make_node(op, names, ["out0"], **attrs)
-    feeds = {n: x for n, x in zip(names, inputs) if n}
-    odt = helper.np_dtype_to_tensor_dtype(np.dtype(out_dtype or inputs[0].dtype))
-    graph = helper.make_graph(
-        [node], "g",
-        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)
-         for n, x in feeds.items()],
-        [helper.make_tensor_value_info("out0", odt, None)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model, feeds = one_node_model(op, inputs, attrs, opset, out_dtype=out_dtype)
     model.ir_version = 8 if opset < 21 else 10
     return model, feeds
 

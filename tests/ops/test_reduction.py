@@ -12,7 +12,8 @@ from dynashape.records import InferContext
 from dynashape.registry import get_registry
 from dynashape.symbolic import sym
 from dynashape.testing import infer_node, run_node
-from onnx import helper
+
+from tests.conftest import one_node_model
 from onnx.reference import ReferenceEvaluator
 
 RNG = np.random.default_rng(0)
@@ -23,18 +24,7 @@ REDUCE_OPS = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
 AXES_INPUT_FROM = {op: (13 if op == "ReduceSum" else 18) for op in REDUCE_OPS}
 
 
-def _model(op, inputs, attrs, opset, n_outputs=1, out_dtype=None):
-    names = [f"in{i}" if x is not None else "" for i, x in enumerate(inputs)]
-    outs = [f"out{i}" for i in range(n_outputs)]
-    node = helper.make_node(op, names, outs, **attrs)
-    feeds = {n: x for n, x in zip(names, inputs) if n}
-    odt = helper.np_dtype_to_tensor_dtype(np.dtype(out_dtype or inputs[0].dtype))
-    graph = helper.make_graph(
-        [node], "g",
-        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)
-         for n, x in feeds.items()],
-        [helper.make_tensor_value_info(o, odt, None) for o in outs])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), feeds
+_model = one_node_model
 
 
 def ort_run(op, inputs, attrs, opset, n_outputs=1, out_dtype=None):
