@@ -24,7 +24,7 @@ from dynashape.planner import (
 from dynashape.records import OpLibrary, same_dtype
 from onnx import TensorProto, helper, numpy_helper
 
-from tests.models.test_zoo import _catalog, zoo_feeds
+from tests.models.test_zoo import _catalog, zoo_entry, zoo_feeds
 
 F = TensorProto.FLOAT
 
@@ -443,7 +443,7 @@ def _zoo_plans():
 @pytest.mark.parametrize("key,shape", _zoo_plans())
 def test_zoo_plans_meet_the_targets(key, shape):
     from tests.conftest import SHARED
-    sess = dynashape.InferenceSession(str(SHARED / "zoo" / _catalog()[key]["file"]), validate_memory=True)
+    sess = dynashape.InferenceSession(str(SHARED / "zoo" / zoo_entry(key)["file"]), validate_memory=True)
     m = sess.plan(zoo_feeds(key, shape)).memory
     assert not check_no_overlap(m.blocks)
     assert m.arena_bytes <= 1.05 * m.lower_bound_bytes

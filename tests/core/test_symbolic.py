@@ -11,7 +11,7 @@ from dynashape.demo import build_demo_model, demo_input
 from dynashape.executor import execute
 from dynashape.inspect import inspect_session
 from dynashape.symbolic import dim_max, dim_min, evaluate, provably_unequal, sym
-from tests.models.test_zoo import _catalog, zoo_feeds
+from tests.models.test_zoo import zoo_entry, zoo_feeds
 
 b, s, h = sym("batch"), sym("seq"), sym("h")
 
@@ -80,7 +80,7 @@ ZOO_COUNTS = {
 
 def _zoo_session(key):
     from tests.conftest import shared_path
-    return dynashape.InferenceSession(str(shared_path("zoo", _catalog()[key]["file"])), allocator="naive")
+    return dynashape.InferenceSession(str(shared_path("zoo", zoo_entry(key)["file"])), allocator="naive")
 
 
 @pytest.mark.parametrize("key", sorted(ZOO_COUNTS))
@@ -96,7 +96,7 @@ def test_symbolic_shapes_evaluate_to_the_shapes_seen_at_run_time(key):
     sess = _zoo_session(key)
     sg, pg = sess.symbolic, sess.graph
     for shape_name in ("small", "odd"):
-        if shape_name not in _catalog()[key]["shapes"]:
+        if shape_name not in zoo_entry(key)["shapes"]:
             continue
         feeds = {pg.slot[k]: v for k, v in zoo_feeds(key, shape_name).items()}
         env = {name: feeds[slot].shape[axis] for name, (slot, axis) in sg.input_symbols.items()}

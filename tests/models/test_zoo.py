@@ -26,6 +26,12 @@ def _catalog() -> dict:
     return {k: v for k, v in json.loads(path.read_text()).items() if v.get("group") not in SKIP_GROUPS}
 
 
+def zoo_entry(key: str) -> dict:
+    """The catalogue entry of a zoo model, or skip the test when ../shared/zoo is absent."""
+    shared_path("zoo", "zoo.json")
+    return _catalog()[key]
+
+
 @functools.lru_cache(maxsize=None)
 def _make_inputs_module():
     return load_shared_module("zoo_make_inputs", "zoo", "make_inputs.py")
@@ -33,18 +39,18 @@ def _make_inputs_module():
 
 @functools.lru_cache(maxsize=None)
 def zoo_feeds(key: str, shape: str) -> dict:
-    entry = _catalog()[key]
+    entry = zoo_entry(key)
     return _make_inputs_module().make_inputs(str(SHARED / "zoo" / entry["file"]), shape=shape)
 
 
 @functools.lru_cache(maxsize=None)
 def zoo_expected(key: str, shape: str) -> tuple:
-    entry = _catalog()[key]
+    entry = zoo_entry(key)
     return tuple(ort_run(SHARED / "zoo" / entry["file"], zoo_feeds(key, shape)))
 
 
 def zoo_sequence(key: str) -> list[str]:
-    shapes = _catalog()[key]["shapes"]
+    shapes = zoo_entry(key)["shapes"]
     return [s for s in SEQUENCE if s in shapes]
 
 
@@ -59,7 +65,7 @@ def _params():
 
 @pytest.mark.parametrize("key,allocator", _params())
 def test_zoo_model_matches_ort_through_changing_shapes(key, allocator, record_property):
-    entry = _catalog()[key]
+    entry = zoo_entry(key)
     sess = dynashape.InferenceSession(str(shared_path("zoo", entry["file"])), allocator=allocator)
     results = []
     for shape in zoo_sequence(key):
