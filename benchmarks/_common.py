@@ -1,10 +1,13 @@
 """Helpers shared by the benchmark scripts: zoo location, feeds, sessions, timing, tables.
 
-The scripts set OPENBLAS_NUM_THREADS / OMP_NUM_THREADS themselves, before numpy is imported
-(importing this module imports numpy).
+The process environment (single-threaded BLAS, OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE removed) is
+set by ``_env``, which each script imports first; this module imports it too, before numpy.
 """
 from __future__ import annotations
 
+import _env  # first, before numpy: see _env.py
+
+# isort: split
 import math
 import os
 import platform
@@ -18,10 +21,38 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 ZOO_DIR = REPO.parent / "shared" / "zoo"
+ZOO2_DIR = ZOO_DIR / "zoo2"
 SKIP_GROUPS = {"ort-optimized"}
 
 
 # --------------------------------------------------------------------------- zoo
+def require_zoo2() -> Path:
+    """The zoo2 folder (../shared/zoo/zoo2); prints a message and exits 0 when it is absent."""
+    if not (ZOO2_DIR / "zoo2.json").exists() or not (ZOO2_DIR / "make_inputs.py").exists():
+        print(f"model zoo2 not found at {ZOO2_DIR} (needs zoo2.json and make_inputs.py): nothing to benchmark")
+        sys.exit(0)
+    return ZOO2_DIR
+
+
+def zoo2_catalog() -> dict:
+    """zoo2.json as {key: entry} (entries with a 'file')."""
+    import json
+    return {k: v for k, v in json.loads((ZOO2_DIR / "zoo2.json").read_text()).items() if "file" in v}
+
+
+def zoo2_make_inputs():
+    """zoo2's make_inputs module, loaded under its own name (the zoo's make_inputs.py has the same
+    module name, and both may be needed in one process)."""
+    import importlib.util
+    name = "_zoo2_make_inputs"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ZOO2_DIR / "make_inputs.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        sys.modules[name] = mod
+    return sys.modules[name]
+
+
 def require_zoo() -> Path:
     """The zoo folder; prints a message and exits 0 when it is absent."""
     if not (ZOO_DIR / "zoo.json").exists() or not (ZOO_DIR / "make_inputs.py").exists():
@@ -118,10 +149,38 @@ def header(title: str) -> None:
     print(f"== {title}")
     print(f"   {time.strftime('%Y-%m-%d %H:%M:%S')}  python {platform.python_version()}  numpy {np.__version__}  "
           f"onnx {onnx.__version__}  onnxruntime {onnxruntime.__version__}  dynashape {dynashape.__version__}")
-    print(f"   cpus {os.cpu_count()}  loadavg {' '.join(load)}  "
-          f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')} "
-          f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}  ORT threads intra=1 inter=1")
+    print(f"   cpus {os.cpu_count()}  loadavg {' '.join(load)}  ORT threads intra=1 inter=1")
+    print(f"   env: {_env.summary()}")
+    print(f"   BLAS: {blas_info()}")
     print()
+
+
+def blas_info() -> str:
+    """The BLAS libraries loaded in this process (threadpoolctl): internal_api, version,
+    architecture (OpenBLAS corename) and threads, e.g. 'openblas 0.3.27 SkylakeX threads=1'."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "unknown (threadpoolctl not installed: pip install threadpoolctl)"
+    libs = [i for i in threadpool_info() if i.get("user_api") == "blas"] or threadpool_info()
+    if not libs:
+        return "none loaded"
+    return "; ".join(f"{i.get('internal_api')} {i.get('version')} {i.get('architecture') or i.get('corename') or '?'} "
+                     f"threads={i.get('num_threads')}" for i in libs)
+
+
+def print_stats(label: str, stats) -> None:
+    """One line of a dynashape session's SessionStats."""
+    per_miss = stats.planning_ms / stats.cache_misses if stats.cache_misses else 0.0
+    print(f"session.stats [{label}]: runs={stats.runs} hits={stats.cache_hits} misses={stats.cache_misses} "
+          f"planning_ms={stats.planning_ms:.2f} ({per_miss:.3f} ms/miss) execution_ms={stats.execution_ms:.1f} "
+          f"symbolic_plans={stats.symbolic_plans} resolved_plans={stats.resolved_plans} "
+          f"failed_runs={stats.failed_runs}")
+
+
+def verdict(ok: bool | None) -> str:
+    """'met' / 'NOT met' against a target ('-' when not measured)."""
+    return "-" if ok is None else ("met" if ok else "NOT met")
 
 
 def fmt(x, digits: int = 3) -> str:
@@ -170,6 +229,11 @@ def print_table(headers: Sequence[str], rows: Iterable[Sequence], align: str | N
 def short_error(exc: BaseException, width: int = 90) -> str:
     msg = f"{type(exc).__name__}: {exc}".replace("\n", " ")
     return msg if len(msg) <= width else msg[: width - 3] + "..."
+
+
+def short_error_text(text: str, width: int = 90) -> str:
+    """A message cut to width characters ('...' at the end when cut)."""
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def fmt_ms(ms) -> str:

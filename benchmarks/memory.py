@@ -15,7 +15,8 @@ Part 2, at the large shapes: peak RSS (``VmHWM`` of /proc/self/status; ``ru_maxr
 there is no /proc, which on Linux would carry the parent's peak over ``exec``) of whole processes that import the
 engine, make the feeds with the zoo's make_inputs.py, build a session and run once:
 dynashape (pool), dynashape (naive), ONNX Runtime (CPU, 1 thread), and a baseline process
-that only imports numpy/onnx and makes the feeds. BLAS runs single-threaded.
+that only imports numpy/onnx and makes the feeds. BLAS runs single-threaded (benchmarks/_env.py,
+imported by these processes too).
 
 Run from the repository root:
     python benchmarks/memory.py                 # everything (~2 minutes on 2 cores)
@@ -24,17 +25,16 @@ Run from the repository root:
 """
 from __future__ import annotations
 
-import os
+import _env  # noqa: F401  (first: the BLAS environment, before numpy is imported)
 
-os.environ["OPENBLAS_NUM_THREADS"] = "1"
-os.environ["OMP_NUM_THREADS"] = "1"
-
+# isort: split
 import argparse
 import json
 import statistics
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import _common as C
 import numpy as np
@@ -42,10 +42,11 @@ import numpy as np
 SHAPES = ("small", "large")
 
 _RSS_SCRIPT = r"""
-import os, sys, json, resource, warnings
-os.environ["OPENBLAS_NUM_THREADS"] = "1"; os.environ["OMP_NUM_THREADS"] = "1"
+import sys, json, resource, warnings
+engine, path, shape, zoo, bench = sys.argv[1:6]
+sys.path.insert(0, bench)
+import _env  # the benchmarks' BLAS environment, before numpy
 warnings.simplefilter("ignore")
-engine, path, shape, zoo = sys.argv[1:5]
 sys.path.insert(0, zoo)
 import numpy as np
 from make_inputs import make_inputs
@@ -149,7 +150,8 @@ def part1(catalog, zoo) -> list:
 
 def rss(engine: str, path: str, shape: str, zoo) -> tuple:
     try:
-        out = subprocess.run([sys.executable, "-c", _RSS_SCRIPT, engine, path, shape, str(zoo)], check=False,
+        out = subprocess.run([sys.executable, "-c", _RSS_SCRIPT, engine, path, shape, str(zoo),
+                              str(Path(__file__).resolve().parent)], check=False,
                              capture_output=True, text=True, timeout=300)
     except subprocess.TimeoutExpired:
         return None, "timeout"

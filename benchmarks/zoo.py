@@ -6,7 +6,7 @@ What is measured, per model (zoo.json, group "ort-optimized" skipped) and named 
     shared by all shapes of the model (so the plan for the shape is cached after the warm-up);
   * ONNX Runtime: median ms, CPUExecutionProvider, intra_op_num_threads=1, inter_op_num_threads=1;
   * ratio dynashape / ORT, and the max |difference| between their outputs.
-BLAS runs single-threaded (OPENBLAS_NUM_THREADS=OMP_NUM_THREADS=1). Each cell gets one warm-up
+BLAS runs single-threaded (benchmarks/_env.py). Each cell gets one warm-up
 run, then timed runs (time.perf_counter) until they add up to ~0.3 s, at least 3 and at most 50.
 The end of the output lists each model's dynashape/ORT ratio at its large shape and whether
 the worst is under 20x.
@@ -18,11 +18,9 @@ Run from the repository root:
 """
 from __future__ import annotations
 
-import os
+import _env  # noqa: F401  (first: the BLAS environment, before numpy is imported)
 
-os.environ["OPENBLAS_NUM_THREADS"] = "1"
-os.environ["OMP_NUM_THREADS"] = "1"
-
+# isort: split
 import argparse
 import time
 import warnings
@@ -42,8 +40,8 @@ def parse_args(argv=None):
 
 def timing_params(quick: bool) -> dict:
     if quick:
-        return dict(warmup=1, min_runs=1, max_runs=20, target_s=0.1)
-    return dict(warmup=1, min_runs=3, max_runs=50, target_s=0.3)
+        return {"warmup": 1, "min_runs": 1, "max_runs": 20, "target_s": 0.1}
+    return {"warmup": 1, "min_runs": 3, "max_runs": 50, "target_s": 0.3}
 
 
 def ordered_shapes(entry: dict) -> list[str]:
@@ -67,7 +65,7 @@ def bench_shape(dyn, ort_sess, path, shape: str, timing: dict) -> dict:
         got = dyn.run(None, feeds)  # warm-up: plans this shape
         row["diff"] = C.max_abs_diff(got, ref)
         row["dyn_ms"], dyn_runs = C.median_ms(lambda: dyn.run(None, feeds), **dict(timing, warmup=0))
-    except Exception as exc:  # keep going: report it in the row
+    except Exception as exc:  # noqa: BLE001 - keep going: report it in the row
         row["error"] = C.short_error(exc)
         return row
     row["ratio"] = row["dyn_ms"] / row["ort_ms"]
@@ -85,13 +83,13 @@ def bench_model(key: str, entry: dict, timing: dict) -> list[dict]:
             warnings.simplefilter("ignore")
             dyn = C.dynashape_session(path, allocator="pool")
         load_ms = (time.perf_counter() - t0) * 1e3
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - report it and go on
         load_error = "load: " + C.short_error(exc)
     rows = []
     for shape in ordered_shapes(entry):
         try:
             row = bench_shape(dyn, ort_sess, path, shape, timing)
-        except Exception as exc:  # feeds or ORT failed
+        except Exception as exc:  # noqa: BLE001 - feeds or ORT failed
             row = {"error": "setup: " + C.short_error(exc)}
         row.update(model=key, shape=shape, dims=dims_text(entry["shapes"][shape]), load_ms=load_ms)
         if load_error and not row.get("error"):

@@ -1,0 +1,34 @@
+"""The process environment of every benchmark, set before numpy is imported.
+
+Each script imports this module first (``import _env`` before ``import _common``, which
+imports numpy; ``_common`` imports it too). It
+  * removes OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE from os.environ: this machine may set them
+    for old OpenBLAS builds, and with them numpy's MatMul runs ~1.5x slower;
+  * sets OPENBLAS_NUM_THREADS=1 and OMP_NUM_THREADS=1 (single-threaded BLAS, like ONNX Runtime
+    with one intra-op thread).
+OpenBLAS reads these when it is loaded, so importing this after numpy is too late: TOO_LATE
+says so and the header prints it. Subprocesses inherit the cleaned environment.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+DROPPED_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+THREAD_VARS = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+
+#: the variables removed from this process's environment, with the values they had
+REMOVED = {k: os.environ.pop(k) for k in DROPPED_VARS if k in os.environ}
+os.environ.update(THREAD_VARS)
+#: True when numpy was imported before this module (the settings may not have applied)
+TOO_LATE = "numpy" in sys.modules
+
+
+def summary() -> str:
+    """One line for the header: what was set and removed."""
+    removed = ", ".join(f"{k}={v}" for k, v in REMOVED.items()) or "none set"
+    text = (" ".join(f"{k}={os.environ.get(k)}" for k in THREAD_VARS)
+            + f"  removed {'/'.join(DROPPED_VARS)}: {removed}")
+    if TOO_LATE:
+        text += "  (WARNING: numpy was imported before benchmarks/_env.py: these may not apply)"
+    return text
