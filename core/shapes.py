@@ -10,11 +10,13 @@ from typing import Iterable, Optional
 import numpy as np
 
 from .records import InferContext, Shape
-from .symbolic import Dim, dim_max, dim_min
+from .symbolic import BroadcastError, Dim, dim_broadcast, dim_max, dim_min
 
 __all__ = [
     "broadcast_shapes",
     "broadcast_dim",
+    "dim_broadcast",
+    "check_unidirectional",
     "normalize_axis",
     "normalize_axes",
     "numel",
@@ -41,42 +43,54 @@ def numel(shape: Iterable[Dim]) -> Dim:
 
 
 def broadcast_dim(ctx: InferContext, a: Dim, b: Dim) -> Dim:
-    """Multidirectional broadcast of two dims (ONNX Broadcasting.md).
+    """Multidirectional broadcast of two dims, ONNX's rule (onnx/docs/Broadcasting.md):
+    1 vs n is n, n vs 1 is n, equal dims are kept (0 vs 1 is 0), anything else fails with
+    BroadcastMismatch.
 
-    Two different symbols give ``max(a, b)``: it evaluates to the right value whenever
-    the broadcast is valid (one is 1 or they are equal).
+    Dims that cannot be decided now (a symbol against anything but 1 or itself) give the
+    expression ``broadcast(a, b)`` (:func:`dynashape.symbolic.dim_broadcast`); a plan
+    evaluates it with the same rule, and a mismatch found then is reported by the node's
+    concrete inference.
     """
-    if a == b:
-        return a
-    if isinstance(a, int) and isinstance(b, int):
-        if a == 1:
-            return b
-        if b == 1:
-            return a
-        ctx.fail(f"dims {a} and {b} cannot be broadcast", kind="BroadcastMismatch")
-    if a == 1:
-        return b
-    if b == 1:
-        return a
-    if isinstance(a, int):
-        return a
-    if isinstance(b, int):
-        return b
-    return dim_max(a, b)
+    return _broadcast_or_fail(ctx, (a, b), "")
 
 
 def broadcast_shapes(ctx: InferContext, *shapes: Shape) -> Shape:
-    """Numpy-style multidirectional broadcast of the given shapes."""
+    """Multidirectional broadcast of the given shapes (onnx/docs/Broadcasting.md): shapes
+    are right-aligned, missing leading dims count as 1, each output dim is the broadcast
+    of its column (:func:`broadcast_dim`)."""
     rank = max((len(s) for s in shapes), default=0)
     out = []
     for i in range(rank):
-        d: Dim = 1
-        for s in shapes:
-            j = i - (rank - len(s))
-            if j >= 0:
-                d = broadcast_dim(ctx, d, s[j])
-        out.append(d)
+        column = [s[i - (rank - len(s))] for s in shapes if i >= rank - len(s)]
+        out.append(_broadcast_or_fail(ctx, column, f" at output axis {i}"))
     return tuple(out)
+
+
+def _broadcast_or_fail(ctx: InferContext, dims, where: str) -> Dim:
+    try:
+        return dim_broadcast(*dims)
+    except BroadcastError as exc:
+        ctx.fail(f"dims {exc.a} and {exc.b}{where} cannot be broadcast: they must be equal or "
+                 "one of them 1", kind="BroadcastMismatch")
+
+
+def check_unidirectional(ctx: InferContext, source: Shape, target: Shape, what: str) -> None:
+    """Fail unless ``source`` broadcasts unidirectionally to ``target`` (ONNX
+    Broadcasting.md: right-aligned, rank <= target's, each dim 1 or equal to the target's).
+
+    Only ints can be judged; a kernel's ``prepare`` calls it again with concrete shapes so
+    that a symbolic plan reports a mismatch as BroadcastMismatch too.
+    """
+    if len(source) > len(target):
+        ctx.fail(f"{what} has rank {len(source)} > rank {len(target)} of {tuple(target)}; {what} must "
+                 "be unidirectionally broadcastable to it", kind="BroadcastMismatch")
+    for j, (d, t) in enumerate(zip(reversed(source), reversed(target))):
+        if d != 1 and d != t and isinstance(d, int) and isinstance(t, int):
+            want = "1" if t == 1 else f"1 or {t}"
+            ctx.fail(f"{what} of shape {tuple(source)} cannot be broadcast to {tuple(target)}: its dim "
+                     f"{len(source) - 1 - j} is {d}, expected {want} ({what} must be "
+                     "unidirectionally broadcastable)", kind="BroadcastMismatch")
 
 
 def normalize_axis(ctx: InferContext, axis: int, rank: int, what: str = "axis") -> int:

@@ -1,5 +1,5 @@
 """Symbolic dimensions: integer polynomials over named symbols, plus floor division,
-modulo, max and min.
+modulo, max, min and ONNX broadcasting.
 
 A dimension is either a plain ``int`` or an :class:`Expr`; an ``Expr`` whose value is
 a known constant is always returned as an ``int``, so ``isinstance(d, int)`` tells
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Mapping, Union
 
-__all__ = ["Expr", "Dim", "sym", "is_known", "is_nonneg", "evaluate", "dim_max", "dim_min", "dim_str",
-           "free_symbols", "to_code", "provably_unequal"]
+__all__ = ["Expr", "Dim", "sym", "is_known", "is_nonneg", "evaluate", "dim_max", "dim_min", "dim_broadcast",
+           "BroadcastError", "dim_str", "free_symbols", "to_code", "CODE_NAMESPACE", "provably_unequal"]
 
 Dim = Union[int, "Expr"]
 
@@ -199,6 +199,8 @@ def _eval_atom(atom, env) -> int:
         return max(args)
     if atom[0] == "min":
         return min(args)
+    if atom[0] == "broadcast":
+        return _broadcast(*args)
     raise ValueError(f"unknown symbolic function {atom[0]}")
 
 
@@ -260,14 +262,28 @@ def mod(a: Dim, b: Dim) -> Dim:
     return Expr.atom(("mod", (a, b)))
 
 
-def _minmax(op: str, args: Iterable[Dim]) -> Dim:
+def _as_atom(x):
+    """The atom when ``x`` is exactly one opaque atom or symbol (coefficient 1, power 1)."""
+    mono = x.as_monomial() if isinstance(x, Expr) else None
+    if mono is None or mono[0] != 1 or len(mono[1]) != 1 or mono[1][0][1] != 1:
+        return None
+    return mono[1][0][0]
+
+
+def _flatten(op: str, args: Iterable[Dim]) -> list:
+    """The arguments with nested ``op`` atoms spliced in (``op`` is associative)."""
     flat: list = []
     for x in args:
-        if isinstance(x, Expr) and x.as_monomial() and x.as_monomial()[0] == 1 \
-                and len(x.as_monomial()[1]) == 1 and x.as_monomial()[1][0][0][0] == op:
-            flat.extend(x.as_monomial()[1][0][0][1])
+        atom = _as_atom(x)
+        if atom is not None and atom[0] == op:
+            flat.extend(atom[1])
         else:
             flat.append(x)
+    return flat
+
+
+def _minmax(op: str, args: Iterable[Dim]) -> Dim:
+    flat = _flatten(op, args)
     pick = max if op == "max" else min
     consts = [x for x in flat if isinstance(x, int)]
     exprs: list = []
@@ -313,6 +329,63 @@ def dim_max(*args: Dim) -> Dim:
 def dim_min(*args: Dim) -> Dim:
     """min of dims; ints fold, provably ordered expressions collapse."""
     return _minmax("min", args)
+
+
+# ONNX multidirectional broadcasting --------------------------------------------------
+
+class BroadcastError(ValueError):
+    """Two dims that ONNX broadcasting cannot combine (neither is 1 and they differ)."""
+
+    def __init__(self, a: int, b: int):
+        super().__init__(f"dims {a} and {b} cannot be broadcast (they must be equal or one of them 1)")
+        self.a, self.b = a, b
+
+
+def broadcast_ints(a: int, b: int) -> int:
+    """ONNX's multidirectional broadcast of two concrete dims (onnx/docs/Broadcasting.md):
+    1 vs n is n, n vs 1 is n, equal dims are kept (so 0 vs 1 is 0, never max = 1);
+    anything else raises :class:`BroadcastError`."""
+    if a == b or b == 1:
+        return a
+    if a == 1:
+        return b
+    raise BroadcastError(a, b)
+
+
+def _broadcast(*dims: int) -> int:
+    """The ``broadcast`` atom evaluated: the rule of :func:`broadcast_ints` over all dims
+    (associative and commutative, also in where it fails)."""
+    out = 1
+    for d in dims:
+        out = broadcast_ints(out, d)
+    return out
+
+
+def dim_broadcast(*dims: Dim) -> Dim:
+    """The broadcast of dims under ONNX's multidirectional rule (onnx/docs/Broadcasting.md):
+    1 vs n is n, n vs 1 is n, equal dims are kept, 0 vs 1 is 0; anything else is a mismatch.
+
+    Simplified where provable: structurally equal dims merge, the int 1 drops out, ints
+    fold (two that cannot broadcast raise :class:`BroadcastError`), nested broadcasts
+    flatten. Whatever is left stays one opaque atom, ``broadcast(a, b)`` with its
+    arguments sorted (so ``dim_broadcast(a, b) == dim_broadcast(b, a)``), which
+    :func:`evaluate` and :func:`to_code` compute with the same rule. A symbol against a
+    constant is kept too: ``broadcast(s, 5)`` is 5 only when s is 1 or 5.
+    """
+    const = 1
+    exprs: list = []
+    for x in _flatten("broadcast", dims):
+        if isinstance(x, Expr):
+            if x not in exprs:
+                exprs.append(x)
+        else:
+            const = broadcast_ints(const, int(x))
+    if not exprs:
+        return const
+    items = sorted(exprs, key=_sort_key) + ([const] if const != 1 else [])
+    if len(items) == 1:
+        return items[0]
+    return Expr.atom(("broadcast", tuple(items)))
 
 
 def _format_atom(atom) -> str:
@@ -391,8 +464,14 @@ def provably_unequal(a, b) -> bool:
     return (isinstance(b, int) and b < 0 and is_nonneg(a)) or (isinstance(a, int) and a < 0 and is_nonneg(b))
 
 
+#: The names ``to_code`` output may call, for the namespace the generated code runs in.
+CODE_NAMESPACE = {"max": max, "min": min, "_broadcast": _broadcast}
+_CODE_FUNCTIONS = {"max": "max", "min": "min", "broadcast": "_broadcast"}
+
+
 def to_code(d, var: Callable[[str], str]) -> str:
-    """Python source computing ``d``; ``var(name)`` gives the variable holding a symbol."""
+    """Python source computing ``d``; ``var(name)`` gives the variable holding a symbol.
+    The code calls only the functions in :data:`CODE_NAMESPACE`."""
     if isinstance(d, int):
         return repr(d)
     parts = []
@@ -413,4 +492,4 @@ def _atom_code(atom, var) -> str:
         return f"({args[0]} // {args[1]})"
     if atom[0] == "mod":
         return f"({args[0]} % {args[1]})"
-    return f"{atom[0]}({', '.join(args)})"
+    return f"{_CODE_FUNCTIONS[atom[0]]}({', '.join(args)})"

@@ -34,7 +34,7 @@ from .inference import (
 from .model import input_dim_exprs
 from .records import InferContext
 from .registry import Registry
-from .symbolic import Expr, dim_str, free_symbols, sym, to_code
+from .symbolic import CODE_NAMESPACE, Expr, dim_str, free_symbols, sym, to_code
 
 __all__ = ["SymbolicGraph", "infer_symbolic"]
 
@@ -143,7 +143,7 @@ def _compile(sg: SymbolicGraph, pg: PreparedGraph):
             items = ", ".join(to_code(x, var.__getitem__) for x in v.reshape(-1).tolist())
             lines.append(f"        ({o}, _np.array([{items}], dtype=_dt[{o}]).reshape({tuple(v.shape)!r})),")
     lines.append("    ]")
-    namespace: dict = {"_np": np, "_dt": {i: d for i, d in enumerate(sg.dtypes)}, "max": max, "min": min}
+    namespace: dict = {"_np": np, "_dt": {i: d for i, d in enumerate(sg.dtypes)}, **CODE_NAMESPACE}
     exec(compile("\n".join(lines), "<dynashape-symbolic-plan>", "exec"), namespace)  # noqa: S102
     return binder, namespace["shapes"], namespace["values"]
 

@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 from dynashape.records import OpLibrary, same_dtype
+from dynashape.shapes import check_unidirectional
 
 from .elementwise import _check_dtype, _check_same_dtype, _quiet, erf_into, register_kernels
 
@@ -209,21 +210,16 @@ def _prelu_shape(ctx):
     x, slope = ctx.shape(0), ctx.shape(1)
     if x is None or slope is None or ctx.opset < 7:
         return [x]
-    if len(slope) > len(x):
-        ctx.fail(f"slope has rank {len(slope)} > rank {len(x)} of X; slope must be "
-                 "unidirectionally broadcastable to X", kind="BroadcastMismatch")
-    for j, d in enumerate(slope):
-        t = x[len(x) - len(slope) + j]
-        if isinstance(d, int) and isinstance(t, int) and d != 1 and d != t:
-            ctx.fail(f"slope dim {j} is {d}, expected 1 or X's dim {len(x) - len(slope) + j} "
-                     f"({t}): slope must be unidirectionally broadcastable to X",
-                     kind="BroadcastMismatch")
+    check_unidirectional(ctx, slope, x, "slope")
     return [x]
 
 
 def _prelu_prepare(ctx):
-    """Shape to reshape slope to: before opset 7 a 1-D slope of C values is per channel."""
+    """Shape to reshape slope to: before opset 7 a 1-D slope of C values is per channel.
+    From opset 7 the slope is checked against X's concrete shape (once per plan)."""
     x, slope = ctx.shape(0), ctx.shape(1)
+    if ctx.opset >= 7:  # a symbolic plan could not judge slope [s] against X's dims at import
+        check_unidirectional(ctx, slope, x, "slope")
     if ctx.opset < 7 and len(slope) == 1 and len(x) >= 2 and slope[0] == x[1] and slope[0] != 1:
         return (slope[0],) + (1,) * (len(x) - 2)
     return None

@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import numpy as np
 from dynashape.records import OpLibrary, fixed_dtype, same_dtype
-from dynashape.shapes import broadcast_dim, broadcast_shapes, check_dims_equal
+from dynashape.shapes import broadcast_dim, broadcast_shapes, check_dims_equal, check_unidirectional
 
 lib = OpLibrary()
 
@@ -60,6 +60,10 @@ def _matmul_infer(ctx):
 
 
 def _matmul_prepare(ctx):
+    a, b = ctx.shape(0), ctx.shape(1)
+    # K is not in the output: a symbolic plan with A [.., K1], B [K2, ..] cannot judge it
+    check_dims_equal(ctx, a[-1], b[-2] if len(b) > 1 else b[0],
+                     "inner dims (A's last, B's second to last) must match")
     return _work_dtype(ctx.dtype(0))
 
 
@@ -105,17 +109,13 @@ def _gemm_infer(ctx):
 
 
 def _check_gemm_c(ctx, c, target) -> None:
-    """C must broadcast unidirectionally to (M, N)."""
+    """C must broadcast unidirectionally to (M, N): rank <= 2, each dim 1 or equal to the
+    target's (ONNX Broadcasting.md). Symbolic dims are judged again in ``_gemm_prepare``."""
     if c is None:
         return
     if len(c) > 2:
         ctx.fail(f"C must have rank <= 2, got rank {len(c)}", kind="InvalidRank")
-    for dc, dt in zip(reversed(c), reversed(target)):
-        if dc == 1 or dc == dt:
-            continue
-        if isinstance(dc, int) and isinstance(dt, int):
-            ctx.fail(f"C of shape {tuple(c)} cannot be broadcast to (M, N) = {tuple(target)}",
-                     kind="BroadcastMismatch")
+    check_unidirectional(ctx, c, target, "C")
 
 
 class _GemmPlan(NamedTuple):
@@ -127,6 +127,8 @@ class _GemmPlan(NamedTuple):
 
 
 def _gemm_prepare(ctx):
+    # neither K nor C's dims are in the output: a symbolic plan cannot judge them
+    _gemm_infer(ctx)
     dt = np.dtype(ctx.dtype(0))
     alpha, beta = float(ctx.attr("alpha", 1.0)), float(ctx.attr("beta", 1.0))
     work = _work_dtype(dt)
@@ -235,6 +237,16 @@ def _einsum_infer(ctx):
         spec = _parse_einsum(ctx, equation, shapes)
         return [None if "..." in spec.output else tuple(ctx.new_dim() for _ in spec.output)]
     spec = _parse_einsum(ctx, equation, shapes)
+    sizes, ell = _einsum_dims(ctx, spec, shapes)
+    out = []
+    for x in spec.output:
+        out.extend(ell if x == "..." else (sizes[x],))
+    return [tuple(out)]
+
+
+def _einsum_dims(ctx, spec: _Einsum, shapes) -> tuple[dict, tuple]:
+    """(size of every label, broadcast ellipsis dims), checking ranks, that a label's sizes
+    agree across operands and that the ellipsis dims broadcast."""
     sizes: dict = {}
     ellipses = []
     for labels, shape in zip(spec.inputs, shapes):
@@ -252,17 +264,14 @@ def _einsum_infer(ctx):
             pos += 1
             sizes[x] = d if x not in sizes else _merge_label(ctx, x, sizes[x], d)
     if len({len(e) for e in ellipses}) > 1:
-        ctx.fail(f"every ellipsis in '{equation}' must stand for the same number of dims, got "
+        ctx.fail(f"every ellipsis in '{ctx.attr('equation')}' must stand for the same number of dims, got "
                  f"{sorted({len(e) for e in ellipses})}", kind="EinsumMismatch")
-    ell = broadcast_shapes(ctx, *ellipses) if ellipses else ()
-    out = []
-    for x in spec.output:
-        out.extend(ell if x == "..." else (sizes[x],))
-    return [tuple(out)]
+    return sizes, (broadcast_shapes(ctx, *ellipses) if ellipses else ())
 
 
 def _merge_label(ctx, label: str, a, b):
-    """A label's size across operands: equal, or 1 broadcast against the other (numpy)."""
+    """A label's size across operands: equal, or 1 broadcast against the other (numpy, and
+    ONNX Runtime), so 0 against 1 is 0."""
     if a == b:
         return a
     if isinstance(a, int) and isinstance(b, int) and a != 1 and b != 1:
@@ -273,6 +282,9 @@ def _merge_label(ctx, label: str, a, b):
 def _einsum_prepare(ctx):
     shapes = [ctx.shape(i) for i in range(ctx.num_inputs)]
     spec = _parse_einsum(ctx, ctx.attr("equation"), shapes)
+    # a symbolic plan only evaluates the dims that reach the output: judge the sizes of the
+    # summed labels (and everything else) on the concrete shapes
+    _einsum_dims(ctx, spec, shapes)
     work = _work_dtype(ctx.dtype(0))
     dummies = [np.broadcast_to(np.zeros((), dtype=work or ctx.dtype(0)), s) for s in shapes]
     path = np.einsum_path(spec.equation, *dummies, optimize="greedy")[0] if len(shapes) > 1 else False

@@ -620,7 +620,8 @@ def _expand_propagate(ctx):
         propagate_value=_expand_propagate)
 def _expand_shape(ctx):
     """Broadcast the input to the shape given by input 1 (bidirectional: dims of 1 in either
-    side take the other's dim).
+    side take the other's dim, so the shape may be smaller than the input's dims; 0 against
+    1 is 0 either way, as in onnx/docs/Broadcasting.md and ONNX Runtime).
 
     Raises: ShapeInferenceError kinds BroadcastMismatch, ExpandNegativeDim.
     Source: ONNX operator spec, Expand-8/13.

@@ -1046,7 +1046,8 @@ def _where_value(ctx):
 
 @lib.op("Where", since_version=(9, 16), infer_dtype=same_dtype(1), propagate_value=_where_value)
 def _where_shape(ctx):
-    """Where: ``condition ? X : Y`` with three-way multidirectional broadcasting.
+    """Where: ``condition ? X : Y`` with three-way multidirectional broadcasting
+    (onnx/docs/Broadcasting.md: 1 vs n is n, 0 vs 1 is 0).
 
     Raises BroadcastMismatch. Source: ONNX operator spec, Where-16.
     """

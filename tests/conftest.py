@@ -29,19 +29,52 @@ def load_shared_module(name: str, *parts: str):
     return module
 
 
-def one_node_model(op: str, inputs, attrs: dict, opset: int, n_outputs: int = 1, out_dtype=None):
-    """(model, feeds) for one ``op`` node; ``None`` inputs become absent optional inputs."""
+def one_node_model(op: str, inputs, attrs: dict, opset: int, n_outputs: int = 1, out_dtype=None, dims=None,
+                   node_name: str = ""):
+    """(model, feeds) for one ``op`` node; ``None`` inputs become absent optional inputs.
+
+    ``dims`` (one entry per input) declares the inputs' dims instead of the feeds' shapes,
+    e.g. ``[["P", "L"], ["Q", "M"]]`` for symbolic inputs; an entry None keeps the shape.
+    """
     from onnx import helper
 
     names = [f"in{i}" if x is not None else "" for i, x in enumerate(inputs)]
     outs = [f"out{i}" for i in range(n_outputs)]
     feeds = {n: x for n, x in zip(names, inputs) if n}
+    declared = {n: x.shape if dims is None or dims[i] is None else dims[i]
+                for i, (n, x) in enumerate(zip(names, inputs)) if n}
     odt = helper.np_dtype_to_tensor_dtype(np.dtype(out_dtype or inputs[0].dtype))
     graph = helper.make_graph(
-        [helper.make_node(op, names, outs, **attrs)], "g",
-        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(x.dtype), x.shape) for n, x in feeds.items()],
+        [helper.make_node(op, names, outs, name=node_name, **attrs)], "g",
+        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(x.dtype), declared[n])
+         for n, x in feeds.items()],
         [helper.make_tensor_value_info(o, odt, None) for o in outs])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), feeds
+
+
+def assert_runs_match_ort(model, feeds_list, allocator: str = "pool"):
+    """Run every feed dict, in order, on ONE dynashape session and compare each run's
+    outputs (dtype, shape, values) with ONNX Runtime's; returns the session."""
+    import dynashape
+
+    sess = dynashape.InferenceSession(model, allocator=allocator)
+    for k, feeds in enumerate(feeds_list):
+        got = sess.run(None, feeds)
+        want = ort_run(model, feeds)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and g.shape == w.shape, (k, g.dtype, g.shape, w.dtype, w.shape)
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6, err_msg=f"run {k}")
+    return sess
+
+
+def assert_broadcast_mismatch(sess, feeds: dict, node: str) -> None:
+    """``sess.run(feeds)`` raises ShapeInferenceError of kind BroadcastMismatch naming ``node``."""
+    import dynashape
+
+    with pytest.raises(dynashape.ShapeInferenceError, match="cannot be broadcast") as info:
+        sess.run(None, feeds)
+    assert info.value.kind == "BroadcastMismatch" and info.value.node == node, str(info.value)
+    assert f"'{node}'" in str(info.value)
 
 
 def ort_run(model, feeds: dict, output_names=None) -> list[np.ndarray]:

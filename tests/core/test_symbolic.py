@@ -10,7 +10,8 @@ import dynashape
 from dynashape.demo import build_demo_model, demo_input
 from dynashape.executor import execute
 from dynashape.inspect import inspect_session
-from dynashape.symbolic import dim_max, dim_min, evaluate, provably_unequal, sym
+from dynashape.symbolic import (CODE_NAMESPACE, BroadcastError, dim_broadcast, dim_max, dim_min, evaluate,
+                                free_symbols, is_nonneg, provably_unequal, sym, to_code)
 from tests.models.test_zoo import zoo_entry, zoo_feeds
 
 b, s, h = sym("batch"), sym("seq"), sym("h")
@@ -44,6 +45,96 @@ def test_evaluate(expr, env, value):
 def test_provably_unequal_uses_dims_being_non_negative():
     assert provably_unequal(b, -1) and provably_unequal(b + 1, b)
     assert not provably_unequal(b, s) and not provably_unequal(b, 1)
+
+
+# broadcast(a, b): ONNX multidirectional broadcasting (onnx/docs/Broadcasting.md) -----------
+
+P, Q, R = sym("P"), sym("Q"), sym("R")
+
+
+def test_broadcast_simplifies_what_is_provable():
+    assert dim_broadcast(P, P) == P and dim_broadcast(P + 1, 1 + P) == P + 1
+    assert dim_broadcast(P, 1) == P and dim_broadcast(1, P * 2) == P * 2
+    assert dim_broadcast(1, 5) == 5 and dim_broadcast(5, 1) == 5 and dim_broadcast(4, 4) == 4
+    assert dim_broadcast(0, 1) == 0 and dim_broadcast(1, 0) == 0 and dim_broadcast(0, 0) == 0
+    assert dim_broadcast(1, 1) == 1 and dim_broadcast() == 1
+    assert dim_broadcast(P, 5, 1, 5) == dim_broadcast(P, 5)
+
+
+def test_two_ints_that_cannot_broadcast_raise_with_both_values():
+    for a, b in ((2, 3), (0, 2), (3, 0)):
+        with pytest.raises(BroadcastError) as info:
+            dim_broadcast(a, b)
+        assert (info.value.a, info.value.b) == (a, b) and isinstance(info.value, ValueError)
+        assert "cannot be broadcast" in str(info.value)
+    with pytest.raises(BroadcastError):
+        dim_broadcast(P, 2, 3)  # the constants alone already clash
+
+
+def test_broadcast_atom_is_canonical():
+    assert dim_broadcast(P, Q) == dim_broadcast(Q, P)
+    assert hash(dim_broadcast(P, Q)) == hash(dim_broadcast(Q, P))
+    assert str(dim_broadcast(Q, P)) == "broadcast(P, Q)"
+    assert str(dim_broadcast(5, P)) == "broadcast(P, 5)" and str(dim_broadcast(P, 0)) == "broadcast(P, 0)"
+    nested = dim_broadcast(dim_broadcast(R, P), dim_broadcast(Q, P))
+    assert nested == dim_broadcast(P, Q, R) and str(nested) == "broadcast(P, Q, R)"
+    assert dim_broadcast(dim_broadcast(P, Q), Q, 1) == dim_broadcast(P, Q)
+    # a symbol against a constant is not the constant: it is 5 only when P is 1 or 5
+    assert dim_broadcast(P, 5) != 5 and dim_broadcast(P, 0) != 0
+    # a broadcast is not a max, and a power of one is not flattened into another
+    assert dim_broadcast(P, Q) != dim_max(P, Q)
+    assert dim_broadcast(dim_broadcast(P, Q) * dim_broadcast(P, Q), R) != dim_broadcast(P, Q, R)
+    assert dim_max(dim_max(P, Q) * dim_max(P, Q), R) != dim_max(P, Q, R)
+
+
+@pytest.mark.parametrize("p,q,want", [
+    (1, 7, 7), (7, 1, 7), (7, 7, 7), (0, 1, 0), (1, 0, 0), (0, 0, 0), (1, 1, 1),
+    (2, 3, None), (0, 3, None), (3, 0, None),
+])
+def test_broadcast_evaluates_with_the_onnx_rule(p, q, want):
+    env = {"P": p, "Q": q}
+    expr = dim_broadcast(P, Q) * 2 + 1
+    code = to_code(expr, lambda name: f"env[{name!r}]")
+    def compiled():
+        return eval(code, dict(CODE_NAMESPACE), {"env": env})
+    if want is None:
+        with pytest.raises(BroadcastError) as info:
+            evaluate(expr, env)
+        assert {info.value.a, info.value.b} == {p, q}
+        with pytest.raises(BroadcastError):
+            compiled()
+    else:
+        assert evaluate(expr, env) == want * 2 + 1
+        assert compiled() == want * 2 + 1
+
+
+def test_to_code_only_calls_the_functions_of_code_namespace():
+    expr = dim_broadcast(P, dim_max(Q, 1), dim_min(R, 2)) * 10 + P // 2
+    code = to_code(expr, lambda name: name)
+    assert "_broadcast(" in code
+    assert set(compile(code, "<test>", "eval").co_names) <= {"P", "Q", "R"} | set(CODE_NAMESPACE)
+    for env, want in (({"P": 0, "Q": 1, "R": 1}, 0), ({"P": 1, "Q": 0, "R": 1}, 10),
+                      ({"P": 2, "Q": 2, "R": 5}, 21), ({"P": 1, "Q": 4, "R": 1}, 40)):
+        assert eval(code, dict(CODE_NAMESPACE), dict(env)) == evaluate(expr, env) == want
+
+
+def test_broadcast_with_a_constant_is_checked_at_evaluation():
+    d = dim_broadcast(P, 5)
+    assert evaluate(d, {"P": 1}) == 5 and evaluate(d, {"P": 5}) == 5
+    with pytest.raises(BroadcastError):
+        evaluate(d, {"P": 0})
+    zero = dim_broadcast(P, 0)
+    assert evaluate(zero, {"P": 1}) == 0 and evaluate(zero, {"P": 0}) == 0
+    with pytest.raises(BroadcastError):
+        evaluate(zero, {"P": 4})
+
+
+def test_broadcast_atom_symbols_sign_and_relations():
+    d = dim_broadcast(P, Q + 1)
+    assert free_symbols(d) == {"P", "Q"} and free_symbols(d * R) == {"P", "Q", "R"}
+    assert is_nonneg(d) and not is_nonneg(dim_broadcast(P, Q - 1))
+    assert provably_unequal(d + 1, d) and provably_unequal(d, -1) and not provably_unequal(d, P)
+    assert dim_max(d, 0) == d and dim_max(d, d + 1) == d + 1 and dim_min(d, d) == d
 
 
 def test_seed_demo_output_is_batch_by_6_before_any_run():

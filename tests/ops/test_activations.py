@@ -15,6 +15,8 @@ from dynashape.testing import run_node
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
+from tests.conftest import assert_broadcast_mismatch, assert_runs_match_ort, one_node_model
+
 BF16 = np.dtype(ml_dtypes.bfloat16)
 RNG = np.random.default_rng(1)
 
@@ -128,6 +130,23 @@ def test_prelu_errors():
         run_node("PRelu", [f32(2, 3), f32(3, 1)], opset=16)
     with pytest.raises(dynashape.ShapeInferenceError, match="rank"):
         run_node("PRelu", [f32(3), f32(2, 3)], opset=16)
+
+
+def test_prelu_symbolic_slope_is_judged_per_plan():
+    """X [A, B], slope [S]: S must be 1 or B (unidirectional); Y is X's shape whatever S is,
+    so each plan checks S on the concrete shapes (BroadcastMismatch, not a kernel error)."""
+    shapes = [((2, 3), (3,)), ((2, 3), (1,)), ((2, 0), (1,)), ((2, 0), (0,)), ((0, 4), (4,)), ((3, 1), (1,))]
+    runs = [{"in0": RNG.uniform(-3, 3, x).astype(np.float32), "in1": RNG.uniform(0, 1, sl).astype(np.float32)}
+            for x, sl in shapes]
+    model, _ = one_node_model("PRelu", list(runs[0].values()), {}, 16, dims=[["A", "B"], ["S"]], node_name="prelu")
+    sess = assert_runs_match_ort(model, runs)
+    assert sess.get_outputs()[0].shape == ["A", "B"]
+    assert (sess.stats.symbolic_plans, sess.stats.resolved_plans) == (len(runs), 0)
+    for x, sl in (((2, 1), (3,)), ((2, 3), (0,)), ((2, 1), (0,)), ((2, 0), (2,))):
+        feeds = {"in0": np.zeros(x, np.float32), "in1": np.zeros(sl, np.float32)}
+        assert_broadcast_mismatch(sess, feeds, "prelu")
+    (y,) = sess.run(None, {"in0": np.float32([[-2.0, 4.0]]), "in1": np.float32([0.5, 0.25])})
+    assert y.tolist() == [[-1.0, 4.0]]
 
 
 def test_dtype_errors_and_symbolic_shape():

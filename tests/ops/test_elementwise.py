@@ -10,10 +10,12 @@ import pytest
 from dynashape.model import Node
 from dynashape.records import InferContext
 from dynashape.registry import get_registry
-from dynashape.symbolic import dim_max, dim_min, sym
+from dynashape.symbolic import dim_broadcast, dim_max, dim_min, sym
 from dynashape.testing import infer_node, run_node
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
+
+from tests.conftest import assert_broadcast_mismatch, assert_runs_match_ort, one_node_model, ort_run
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 RNG = np.random.default_rng(0)
@@ -234,9 +236,82 @@ def test_symbolic_broadcast_shape():
     n, s = sym("N"), sym("S")
     assert infer_symbolic("Add", [(n, 1, 4), (s, 4)], [np.float32] * 2)[0] == (n, s, 4)
     assert infer_symbolic("Mul", [(n, 3), (n, 3)], [np.float32] * 2)[0] == (n, 3)
-    assert infer_symbolic("Max", [(n, 1), (1, s), (3,)], [np.float32] * 3)[0] == (n, 3)
+    # S against 3 is 3 only when S is 1 or 3 (S = 0 is a mismatch): kept as broadcast(S, 3)
+    out = infer_symbolic("Max", [(n, 1), (1, s), (3,)], [np.float32] * 3)[0]
+    assert out == (n, dim_broadcast(s, 3)) and str(out[1]) == "broadcast(S, 3)"
+    out = infer_symbolic("Add", [(n, 3), (s, 1)], [np.float32] * 2)[0]
+    assert out == (dim_broadcast(n, s), 3) and str(out[0]) == "broadcast(N, S)"
     out = infer_symbolic("Add", [(n, 3), (3,)], [np.float32] * 2, {"broadcast": 1}, opset=6)[0]
     assert out == (n, 3)
+
+
+# symbolic broadcasting on one session: distinct dim_params bound to 1 vs N and 0 vs 1 ---------
+
+#: (a, b) shapes for inputs declared a [P, L], b [Q, M]: 1 vs N and 0 vs 1 on either side and
+#: on either axis (ONNX: 0 vs 1 is 0, not max = 1), equal dims, and a repeated shape
+BROADCAST_RUNS = [((2, 3), (1, 3)), ((1, 3), (4, 1)), ((0, 3), (1, 3)), ((1, 1), (0, 5)),
+                  ((3, 1), (1, 0)), ((1, 0), (2, 1)), ((0, 1), (1, 0)), ((2, 2), (2, 2)), ((0, 3), (1, 3))]
+
+
+def _two_input_runs(dtype, shapes=BROADCAST_RUNS):
+    rng = np.random.default_rng(3)
+    return [{"in0": rng.integers(-2, 3, a).astype(dtype), "in1": rng.integers(-2, 3, b).astype(dtype)}
+            for a, b in shapes]
+
+
+@pytest.mark.parametrize("op,out_dtype", [("Add", None), ("Mul", None), ("Equal", np.bool_), ("Sub", None)])
+@pytest.mark.parametrize("allocator", ["pool", "naive"])
+def test_symbolic_broadcast_runs_match_ort(op, out_dtype, allocator):
+    runs = _two_input_runs(np.float32)
+    model, _ = one_node_model(op, list(runs[0].values()), {}, 13, out_dtype=out_dtype,
+                              dims=[["P", "L"], ["Q", "M"]], node_name="bcast")
+    sess = assert_runs_match_ort(model, runs, allocator=allocator)
+    assert sess.get_outputs()[0].shape == ["broadcast(P, Q)", "broadcast(L, M)"]
+    # every signature was planned by the generated function, none by per-node inference
+    assert (sess.stats.symbolic_plans, sess.stats.resolved_plans) == (len(runs) - 1, 0)
+    assert_broadcast_mismatch(sess, _two_input_runs(np.float32, [((2, 3), (3, 3))])[0], "bcast")
+    assert_broadcast_mismatch(sess, _two_input_runs(np.float32, [((0, 3), (2, 3))])[0], "bcast")
+    # the session is unharmed: a new signature and a cached one still run
+    for shapes in ([((5, 0), (1, 1))], [((2, 3), (1, 3))]):
+        (feeds,) = _two_input_runs(np.float32, shapes)
+        (got,) = sess.run(None, feeds)
+        (want,) = ort_run(model, feeds)
+        np.testing.assert_array_equal(got, want)
+
+
+def test_symbolic_broadcast_against_a_constant_dim_is_checked():
+    """b [5] against a [P]: P = 0 is a mismatch (not 5), P = 1 and P = 5 give 5."""
+    runs = [{"in0": np.float32([2.0]), "in1": np.arange(5, dtype=np.float32)},
+            {"in0": np.arange(5, dtype=np.float32), "in1": np.arange(5, dtype=np.float32)}]
+    model, _ = one_node_model("Add", list(runs[0].values()), {}, 13, dims=[["P"], None], node_name="add5")
+    sess = assert_runs_match_ort(model, runs)
+    assert sess.get_outputs()[0].shape == ["broadcast(P, 5)"]
+    assert_broadcast_mismatch(sess, {"in0": np.zeros(0, np.float32), "in1": np.zeros(5, np.float32)}, "add5")
+    assert_broadcast_mismatch(sess, {"in0": np.zeros(3, np.float32), "in1": np.zeros(5, np.float32)}, "add5")
+    assert sess.run(None, runs[0])[0].tolist() == [2.0, 3.0, 4.0, 5.0, 6.0]
+
+
+def test_symbolic_broadcast_against_a_zero_dim_is_checked():
+    """b [0] against a [P]: P = 1 or 0 gives 0, any other P is a mismatch."""
+    runs = [{"in0": np.float32([2.0]), "in1": np.zeros(0, np.float32)},
+            {"in0": np.zeros(0, np.float32), "in1": np.zeros(0, np.float32)}]
+    model, _ = one_node_model("Mul", list(runs[0].values()), {}, 13, dims=[["P"], None], node_name="mul0")
+    sess = assert_runs_match_ort(model, runs)
+    assert sess.get_outputs()[0].shape == ["broadcast(P, 0)"]
+    assert_broadcast_mismatch(sess, {"in0": np.zeros(2, np.float32), "in1": np.zeros(0, np.float32)}, "mul0")
+
+
+def test_variadic_sum_broadcasts_three_symbols():
+    rng = np.random.default_rng(4)
+    shapes = [((1, 3), (2, 1), (1, 1)), ((0, 1), (1, 4), (1, 1)), ((1, 1), (1, 1), (0, 2)), ((3, 2), (1, 2), (3, 1))]
+    runs = [{f"in{i}": rng.standard_normal(s).astype(np.float32) for i, s in enumerate(ss)} for ss in shapes]
+    model, _ = one_node_model("Sum", list(runs[0].values()), {}, 13, dims=[["A", "B"], ["C", "D"], ["E", "F"]],
+                              node_name="sum3")
+    sess = assert_runs_match_ort(model, runs)
+    assert sess.get_outputs()[0].shape == ["broadcast(A, C, E)", "broadcast(B, D, F)"]
+    assert sess.stats.resolved_plans == 0
+    bad = {"in0": np.zeros((1, 2), np.float32), "in1": np.zeros((1, 1), np.float32), "in2": np.zeros((1, 0), np.float32)}
+    assert_broadcast_mismatch(sess, bad, "sum3")
 
 
 # Pow ---------------------------------------------------------------------------------------

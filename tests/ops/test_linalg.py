@@ -10,10 +10,10 @@ import pytest
 from dynashape.model import Node
 from dynashape.records import InferContext
 from dynashape.registry import get_registry
-from dynashape.symbolic import sym
+from dynashape.symbolic import dim_broadcast, sym
 from dynashape.testing import infer_node, run_node
 
-from tests.conftest import one_node_model
+from tests.conftest import assert_broadcast_mismatch, assert_runs_match_ort, one_node_model
 from onnx.reference import ReferenceEvaluator
 
 RNG = np.random.default_rng(1)
@@ -100,6 +100,49 @@ def test_matmul_infer_symbolic():
     assert shape == (n, 5)
 
 
+def _symbolic_runs(op, attrs, opset, dims, shapes, node_name):
+    """(model, feeds per run) for one node whose inputs are declared with ``dims``."""
+    runs = [{f"in{i}": _rand(sh) for i, sh in enumerate(run)} for run in shapes]
+    model, _ = one_node_model(op, list(runs[0].values()), attrs, opset, dims=dims, node_name=node_name)
+    model.ir_version = 8
+    return model, runs
+
+
+#: A [B1, M, K] x B [B2, K, N] batch dims: 1 vs N, 0 vs 1 (-> 0) on either side, equal
+MATMUL_BATCH_RUNS = [((2, 3, 4), (1, 4, 5)), ((0, 3, 4), (1, 4, 5)), ((1, 3, 4), (0, 4, 5)),
+                     ((1, 3, 4), (6, 4, 5)), ((0, 3, 4), (0, 4, 5)), ((2, 1, 4), (2, 4, 0))]
+
+
+def test_matmul_symbolic_batch_broadcast_runs_match_ort():
+    model, runs = _symbolic_runs("MatMul", {}, 13, [["B1", "M", "K"], ["B2", "K", "N"]], MATMUL_BATCH_RUNS, "mm")
+    sess = assert_runs_match_ort(model, runs)
+    assert sess.get_outputs()[0].shape == ["broadcast(B1, B2)", "M", "N"]
+    assert (sess.stats.symbolic_plans, sess.stats.resolved_plans) == (len(runs), 0)
+    assert_broadcast_mismatch(sess, {"in0": _rand((2, 3, 4)), "in1": _rand((3, 4, 5))}, "mm")
+    assert_broadcast_mismatch(sess, {"in0": _rand((0, 3, 4)), "in1": _rand((2, 4, 5))}, "mm")
+    a, b = _rand((3, 3, 4)), _rand((1, 4, 5))
+    (y,) = sess.run(None, {"in0": a, "in1": b})
+    np.testing.assert_allclose(y, np.matmul(a, b), rtol=1e-5, atol=1e-6)
+
+
+def test_matmul_symbolic_batch_broadcast_of_different_ranks():
+    shapes = [((2, 3, 4), (0, 1, 4, 5)), ((1, 3, 4), (2, 0, 4, 5)), ((0, 3, 4), (2, 1, 4, 5)), ((2, 3, 4), (1, 2, 4, 5))]
+    model, runs = _symbolic_runs("MatMul", {}, 13, [["B1", "M", "K"], ["C", "B2", "K", "N"]], shapes, "mm4")
+    sess = assert_runs_match_ort(model, runs)
+    assert sess.get_outputs()[0].shape == ["C", "broadcast(B1, B2)", "M", "N"]
+    assert sess.stats.resolved_plans == 0
+
+
+def test_matmul_symbolic_inner_dims_are_judged_per_plan():
+    """A [M, K1] x B [K2, N]: K is not in the output shape, so each plan checks it."""
+    model, runs = _symbolic_runs("MatMul", {}, 13, [["M", "K1"], ["K2", "N"]], [((2, 3), (3, 4)), ((0, 2), (2, 1))],
+                                 "mmk")
+    sess = assert_runs_match_ort(model, runs)
+    with pytest.raises(dynashape.ShapeInferenceError, match="inner dims") as info:
+        sess.run(None, {"in0": _rand((2, 3)), "in1": _rand((2, 4))})
+    assert info.value.kind == "DimMismatch" and info.value.node == "mmk"
+
+
 @pytest.mark.parametrize("a_shape,b_shape,match", [((3, 4), (5, 6), "inner dims"),
                                                    ((2, 3, 4), (3, 4, 5), "broadcast"),
                                                    ((), (3,), "rank >= 1")])
@@ -168,6 +211,33 @@ def test_gemm_infer_symbolic():
     assert shape == (n, 1000)
 
 
+def test_gemm_symbolic_c_runs_match_ort():
+    """C [C1] against N: C1 must be 1 or N (unidirectional). The output is (M, N) whatever
+    C1 is, so the plan judges C1 on the concrete shapes."""
+    shapes = [((2, 3), (3, 4), (4,)), ((2, 3), (3, 4), (1,)), ((2, 3), (3, 1), (1,)), ((0, 3), (3, 0), (1,)),
+              ((2, 3), (3, 0), (0,)), ((2, 3), (3, 0), (1,)), ((0, 3), (3, 5), (5,))]
+    model, runs = _symbolic_runs("Gemm", {"beta": 0.5}, 13, [["M", "K"], ["K", "N"], ["C1"]], shapes, "gemm")
+    sess = assert_runs_match_ort(model, runs)
+    assert sess.get_outputs()[0].shape == ["M", "N"]
+    assert (sess.stats.symbolic_plans, sess.stats.resolved_plans) == (len(runs), 0)
+    for a, b, c in (((2, 3), (3, 1), (4,)), ((2, 3), (3, 4), (0,)), ((2, 3), (3, 0), (3,)), ((2, 3), (3, 1), (0,))):
+        assert_broadcast_mismatch(sess, {"in0": _rand(a), "in1": _rand(b), "in2": _rand(c)}, "gemm")
+    (y,) = sess.run(None, {"in0": np.ones((1, 3), np.float32), "in1": np.ones((3, 2), np.float32),
+                           "in2": np.float32([2, 4])})
+    assert y.tolist() == [[4.0, 5.0]]
+
+
+def test_gemm_symbolic_2d_c_runs_match_ort():
+    shapes = [((2, 3), (3, 4), (2, 1)), ((2, 3), (3, 4), (1, 4)), ((0, 3), (3, 4), (1, 4)), ((0, 3), (3, 4), (0, 1)),
+              ((1, 3), (3, 0), (1, 1)), ((2, 3), (3, 4), (2, 4))]
+    model, runs = _symbolic_runs("Gemm", {"transB": 1}, 13, [["M", "K"], ["N", "K"], ["CM", "CN"]],
+                                 [(a, b[::-1], c) for a, b, c in shapes], "gemm2")
+    sess = assert_runs_match_ort(model, runs)
+    assert sess.stats.resolved_plans == 0
+    assert_broadcast_mismatch(sess, {"in0": _rand((1, 3)), "in1": _rand((4, 3)), "in2": _rand((2, 4))}, "gemm2")
+    assert_broadcast_mismatch(sess, {"in0": _rand((0, 3)), "in1": _rand((4, 3)), "in2": _rand((2, 1))}, "gemm2")
+
+
 @pytest.mark.parametrize("shapes,attrs,opset,match", [
     (((3, 4), (5, 6)), {}, 13, "inner dims"),
     (((3, 4, 1), (4, 6)), {}, 13, "2-D"),
@@ -230,6 +300,34 @@ def test_einsum_infer_symbolic():
     (shape,) = _infer_symbolic("Einsum", [(n, t, 4), (4, 5)], [np.float32] * 2,
                                {"equation": "...j,jk"}, 12)
     assert shape == (n, t, 5)
+
+
+def test_einsum_symbolic_ellipsis_broadcast_runs_match_ort():
+    model, runs = _symbolic_runs("Einsum", {"equation": "...ij,...jk->...ik"}, 12,
+                                 [["B1", "M", "K"], ["B2", "K", "N"]], MATMUL_BATCH_RUNS, "ein")
+    sess = assert_runs_match_ort(model, runs)
+    assert sess.get_outputs()[0].shape == ["broadcast(B1, B2)", "M", "N"]
+    assert (sess.stats.symbolic_plans, sess.stats.resolved_plans) == (len(runs), 0)
+    assert_broadcast_mismatch(sess, {"in0": _rand((2, 3, 4)), "in1": _rand((3, 4, 5))}, "ein")
+    assert_broadcast_mismatch(sess, {"in0": _rand((2, 3, 4)), "in1": _rand((0, 4, 5))}, "ein")
+    a, b = _rand((3, 3, 4)), _rand((1, 4, 5))
+    (y,) = sess.run(None, {"in0": a, "in1": b})
+    np.testing.assert_allclose(y, np.einsum("...ij,...jk->...ik", a, b), rtol=1e-5, atol=1e-6)
+
+
+def test_einsum_symbolic_label_sizes_broadcast_and_are_judged_per_plan():
+    """'ij,jk->ik' with A [M, J1], B [J2, N]: j broadcasts (1 vs n, 0 vs 1 -> 0) like numpy and
+    ONNX Runtime; it is summed away, so each plan checks it on the concrete shapes."""
+    shapes = [((2, 1), (3, 4)), ((2, 0), (1, 4)), ((2, 1), (0, 4)), ((2, 3), (3, 4)), ((0, 3), (1, 2))]
+    model, runs = _symbolic_runs("Einsum", {"equation": "ij,jk->ik"}, 12, [["M", "J1"], ["J2", "N"]], shapes, "ij")
+    sess = assert_runs_match_ort(model, runs)
+    assert sess.get_outputs()[0].shape == ["M", "N"] and sess.stats.resolved_plans == 0
+    with pytest.raises(dynashape.ShapeInferenceError, match="label 'j' has sizes 2 and 3") as info:
+        sess.run(None, {"in0": _rand((2, 2)), "in1": _rand((3, 4))})
+    assert info.value.kind == "DimMismatch" and info.value.node == "ij"
+    (shape,) = _infer_symbolic("Einsum", [(sym("M"), sym("J1")), (sym("J2"), 4)], [np.float32] * 2,
+                               {"equation": "ij,jk->ijk"}, 12)
+    assert shape == (sym("M"), dim_broadcast(sym("J1"), sym("J2")), 4)
 
 
 @pytest.mark.parametrize("equation,shapes,match", [

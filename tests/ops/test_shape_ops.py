@@ -17,6 +17,8 @@ from dynashape.testing import infer_node, run_node
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
+from tests.conftest import assert_broadcast_mismatch, assert_runs_match_ort
+
 B, S = sym("batch"), sym("seq")
 I64 = np.int64
 
@@ -358,6 +360,65 @@ def test_expand_errors_symbolic():
     assert shapes == [(B, 1, S)] and op.value_inputs == (1,)
     (v,) = propagate("Expand", [(1,), (1,)], [I64, I64], [obj(B), np.array([3], I64)])
     assert list(v) == [B, B, B]
+
+
+def _graph_model(nodes, inputs, outputs, opset=14, initializers=()):
+    vi = helper.make_tensor_value_info
+    graph = helper.make_graph(nodes, "g", [vi(n, t, d) for n, t, d in inputs], [vi(o, t, None) for o, t in outputs],
+                              list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _f32(*shape):
+    return np.random.default_rng(5).standard_normal(shape).astype(np.float32)
+
+
+def test_expand_by_the_symbolic_shape_of_another_input():
+    """Expand is bidirectional: x [P] by Shape(y [Q, R]) gives (Q, broadcast(P, R)); P = 0
+    against R = 1 and P = 1 against R = 0 both give 0."""
+    F = TensorProto.FLOAT
+    model = _graph_model([helper.make_node("Shape", ["y"], ["s"]), helper.make_node("Expand", ["x", "s"], ["z"],
+                                                                                     name="expand")],
+                         [("x", F, ["P"]), ("y", F, ["Q", "R"])], [("z", F)])
+    runs = [{"x": _f32(3), "y": _f32(2, 3)}, {"x": _f32(1), "y": _f32(2, 0)}, {"x": _f32(0), "y": _f32(2, 1)},
+            {"x": _f32(1), "y": _f32(0, 5)}, {"x": _f32(4), "y": _f32(2, 1)}, {"x": _f32(2), "y": _f32(1, 1)}]
+    sess = assert_runs_match_ort(model, runs)
+    assert sess.get_outputs()[0].shape == ["Q", "broadcast(P, R)"]
+    assert (sess.stats.symbolic_plans, sess.stats.resolved_plans) == (len(runs), 0)
+    assert_broadcast_mismatch(sess, {"x": _f32(0), "y": _f32(2, 3)}, "expand")
+    assert_broadcast_mismatch(sess, {"x": _f32(2), "y": _f32(2, 3)}, "expand")
+    (z,) = sess.run(None, {"x": np.float32([1, 2]), "y": _f32(3, 2)})
+    assert z.tolist() == [[1, 2]] * 3
+
+
+def test_expand_by_a_runtime_shape_input():
+    """The shape as a graph input (read by value): the input's dims may exceed the shape's."""
+    model = _graph_model([helper.make_node("Expand", ["x", "shape"], ["z"], name="expand")],
+                         [("x", TensorProto.FLOAT, ["P"]), ("shape", TensorProto.INT64, ["N"])],
+                         [("z", TensorProto.FLOAT)])
+    runs = [{"x": _f32(3), "shape": np.array([2, 3], I64)}, {"x": _f32(1), "shape": np.array([2, 0], I64)},
+            {"x": _f32(0), "shape": np.array([2, 1], I64)}, {"x": _f32(4), "shape": np.array([1], I64)},
+            {"x": _f32(0), "shape": np.array([1, 1, 1], I64)}]
+    sess = assert_runs_match_ort(model, runs)
+    assert [sess.run(None, r)[0].shape for r in runs] == [(2, 3), (2, 0), (2, 0), (4,), (1, 1, 0)]
+    assert_broadcast_mismatch(sess, {"x": _f32(0), "shape": np.array([3], I64)}, "expand")
+
+
+def test_reshape_to_the_shape_of_a_broadcast_zero_vs_one():
+    """Reshape(x, Shape(Add(a [P, L], b [Q, M]))): P = 0 against Q = 1 makes the target
+    [0, L], so x with 0 elements fits (a planner writing max(P, Q) = 1 reports a false
+    ReshapeElementCountMismatch at plan time)."""
+    F = TensorProto.FLOAT
+    nodes = [helper.make_node("Add", ["a", "b"], ["s"]), helper.make_node("Shape", ["s"], ["target"]),
+             helper.make_node("Reshape", ["x", "target"], ["r"], allowzero=1)]
+    model = _graph_model(nodes, [("a", F, ["P", "L"]), ("b", F, ["Q", "M"]), ("x", F, ["N"])],
+                         [("r", F), ("target", TensorProto.INT64)])
+    runs = [{"a": _f32(2, 3), "b": _f32(1, 3), "x": _f32(6)}, {"a": _f32(0, 3), "b": _f32(1, 3), "x": _f32(0)},
+            {"a": _f32(1, 1), "b": _f32(0, 5), "x": _f32(0)}, {"a": _f32(3, 1), "b": _f32(1, 0), "x": _f32(0)},
+            {"a": _f32(1, 4), "b": _f32(2, 1), "x": _f32(8)}]
+    sess = assert_runs_match_ort(model, runs)
+    assert [sess.run(None, r)[1].tolist() for r in runs] == [[2, 3], [0, 3], [0, 5], [3, 0], [2, 4]]
+    assert sess.stats.resolved_plans == 0
 
 
 # Dropout ---------------------------------------------------------------------------------

@@ -19,6 +19,8 @@ from dynashape.testing import infer_node, run_node
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
+from tests.conftest import assert_broadcast_mismatch, assert_runs_match_ort, one_node_model
+
 INT64_MAX = np.iinfo(np.int64).max
 INT64_MIN = np.iinfo(np.int64).min
 rng = np.random.default_rng(0)
@@ -572,6 +574,45 @@ def test_where():
     assert y.tolist() == ["a", "y"]
     with pytest.raises(dynashape.ShapeInferenceError, match="cannot be broadcast"):
         run_node("Where", [np.ones(3, bool), f32(2), f32(3)])
+
+
+def test_where_symbolic_broadcast_runs_match_ort():
+    """cond [R, S], X [P, L], Y [Q, M]: three-way broadcast with 1 vs N and 0 vs 1 (-> 0)."""
+    shapes = [((2, 1), (1, 3), (2, 3)), ((1, 1), (0, 3), (1, 3)), ((0, 1), (1, 3), (1, 1)),
+              ((1, 1), (1, 1), (4, 0)), ((3, 1), (1, 0), (1, 1)), ((1, 0), (2, 1), (1, 1)),
+              ((2, 2), (2, 2), (2, 2))]
+    runs = [{"in0": rng.random(c) < 0.5, "in1": f32(*x), "in2": f32(*y)} for c, x, y in shapes]
+    model, _ = one_node_model("Where", list(runs[0].values()), {}, 16, out_dtype=np.float32,
+                              dims=[["R", "S"], ["P", "L"], ["Q", "M"]], node_name="where")
+    sess = assert_runs_match_ort(model, runs)
+    assert sess.get_outputs()[0].shape == ["broadcast(P, Q, R)", "broadcast(L, M, S)"]
+    assert (sess.stats.symbolic_plans, sess.stats.resolved_plans) == (len(runs), 0)
+    assert_broadcast_mismatch(sess, {"in0": np.ones((2, 1), bool), "in1": f32(3, 3), "in2": f32(1, 3)}, "where")
+    assert_broadcast_mismatch(sess, {"in0": np.ones((0, 1), bool), "in1": f32(2, 3), "in2": f32(1, 3)}, "where")
+    cond, x, y = np.array([[True], [False]]), f32(1, 0), f32(2, 1)
+    (out,) = sess.run(None, {"in0": cond, "in1": x, "in2": y})
+    assert out.shape == (2, 0)
+
+
+def test_split_sizes_from_the_shape_of_a_broadcast():
+    """Split sizes read from Shape(Add(a [P, L], b [Q, M])): with P = 0 against Q = 1 the
+    size is 0 (a planner writing max(P, Q) = 1 reports a false Split size error)."""
+    vi = helper.make_tensor_value_info
+    nodes = [helper.make_node("Add", ["a", "b"], ["s"]), helper.make_node("Shape", ["s"], ["sh"]),
+             helper.make_node("Slice", ["sh", "zero", "one"], ["rows"]),
+             helper.make_node("Concat", ["rows", "rows"], ["sizes"], axis=0),
+             helper.make_node("Split", ["x", "sizes"], ["u", "v"], axis=0)]
+    graph = helper.make_graph(nodes, "g", [vi("a", onnx.TensorProto.FLOAT, ["P", "L"]),
+                                           vi("b", onnx.TensorProto.FLOAT, ["Q", "M"]),
+                                           vi("x", onnx.TensorProto.FLOAT, ["X", 2])],
+                              [vi("u", onnx.TensorProto.FLOAT, None), vi("v", onnx.TensorProto.FLOAT, None)],
+                              [onnx.numpy_helper.from_array(i64(0), "zero"), onnx.numpy_helper.from_array(i64(1), "one")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    runs = [{"a": f32(2, 3), "b": f32(1, 3), "x": f32(4, 2)}, {"a": f32(0, 3), "b": f32(1, 3), "x": f32(0, 2)},
+            {"a": f32(1, 1), "b": f32(0, 5), "x": f32(0, 2)}, {"a": f32(1, 4), "b": f32(3, 1), "x": f32(6, 2)}]
+    sess = assert_runs_match_ort(model, runs)
+    assert [o.shape for o in sess.get_outputs()] == [["broadcast(P, Q)", 2]] * 2
+    assert sess.stats.resolved_plans == 0
 
 
 def test_where_symbolic_value():
