@@ -22,6 +22,7 @@ __all__ = [
     "KernelConflictError",
     "ExecutionError",
     "MemoryPlanError",
+    "PlanCheckError",
 ]
 
 
@@ -96,3 +97,7 @@ class ExecutionError(DynashapeError, RuntimeError):
 
 class MemoryPlanError(DynashapeError, RuntimeError):
     """A memory plan violates its invariants (found by validation mode)."""
+
+
+class PlanCheckError(DynashapeError, RuntimeError):
+    """Validation mode: a plan made from the symbolic program disagrees with per-node inference."""

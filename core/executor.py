@@ -1,28 +1,35 @@
-"""A Plan (everything that depends only on the input signature) and its execution.
+"""Execution contexts: everything one run mutates, taken from a small pool per session.
 
-Planning: lifetimes of the tensors the steps produce, aliases (views share their
-source's block), offsets in one arena (``pool``) or one buffer per tensor (``naive``),
-and each step's kernel with its prepared arguments. Execution: kernels write into the
-planned buffers; graph outputs are fresh arrays of each run (never arena views).
+An :class:`ExecutionContext` owns one 64-byte aligned :class:`Arena` per program segment,
+the output buffers of the plans it ran (arena views, made once per plan and context), and
+its counters. Programs and plans are read-only, so runs on different contexts overlap
+(numpy releases the GIL in most kernels) and never write each other's memory.
+
+:meth:`ExecutionContext.execute` runs a plan's segments: the generated ``run`` function of
+each (validation mode: an interpreter that checks every arena access), then the segment's
+binding nodes (inferred and run now), whose outputs bind the symbols the next segment's
+plan is looked up (or made) with.
 """
 from __future__ import annotations
 
-import math
 import time
-from dataclasses import dataclass, field
-from typing import Any, Optional
+from dataclasses import dataclass, fields
+from typing import Optional, Sequence
 
 import numpy as np
 
 from .errors import DynashapeError, ExecutionError, MemoryPlanError
-from .graph import PreparedGraph
-from .inference import DYNAMIC, FOLDED, STEP, Resolution, kernel_for, run_node_now, _infer
-from .planner import (VIEW, MemoryPlan, StepSpec, check_no_overlap, lifetimes, lower_bound, naive_bytes,
-                      plan_offsets)
-from .records import InferContext
-from .registry import Registry
+from .node import run_dynamic, run_kernel
+from .plan import Plan, build_plan
+from .planner import check_no_overlap
+from .program import ARENA, FBLOCK, FRESH, Program, Segment
 
-__all__ = ["Plan", "Arena", "build_plan", "execute"]
+__all__ = ["Arena", "ExecutionContext", "RunStats", "MAX_CONTINUATIONS"]
+
+#: Plans kept per binding point (the next segment, by the values of the symbols it binds).
+MAX_CONTINUATIONS = 32
+#: Plans an execution context keeps buffers bound for.
+MAX_BINDINGS = 64
 
 
 class Arena:
@@ -37,217 +44,211 @@ class Arena:
     def capacity(self) -> int:
         return int(self.buffer.nbytes)
 
-    def reserve(self, nbytes: int) -> None:
-        if nbytes > self.capacity:
-            raw = np.empty(nbytes + 64, dtype=np.uint8)
-            shift = (-raw.ctypes.data) % 64
-            self.buffer = raw[shift:shift + nbytes]
-            self.generation += 1
-            self.grow_count += 1
+    def reserve(self, nbytes: int) -> bool:
+        """Grow to at least ``nbytes`` (a new buffer); True when it grew."""
+        if nbytes <= self.capacity:
+            return False
+        raw = np.empty(nbytes + 64, dtype=np.uint8)
+        shift = (-raw.ctypes.data) % 64
+        self.buffer = raw[shift:shift + nbytes]
+        self.generation += 1
+        self.grow_count += 1
+        return True
 
     def trim(self) -> None:
         self.buffer = np.empty(0, dtype=np.uint8)
         self.generation += 1
 
+    def maker(self):
+        """``mk(shape, dtype, offset)``: an array of ``shape`` at ``offset`` in this buffer."""
+        buf, nd = self.buffer, np.ndarray
+        top = buf.nbytes
+
+        def mk(shape, dtype, offset):
+            return nd(shape, dtype, buf, min(offset, top))
+        return mk
+
     def view(self, offset: int, shape: tuple, dtype: np.dtype) -> np.ndarray:
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        return self.buffer[offset:offset + nbytes].view(dtype).reshape(shape)
+        return np.ndarray(shape, dtype, self.buffer, offset)
+
+
+def _naive_maker(shape, dtype, offset):
+    return np.empty(shape, dtype)
 
 
 @dataclass
-class Step:
-    index: int                 # node index in the prepared graph
-    kind: str                  # STEP or DYNAMIC
-    compute: Any
-    prepared: Any
-    inputs: tuple
-    outputs: tuple
-    buffers: list              # planned output arrays (None: fresh per run or unknown)
-    fresh: tuple               # (k, shape, dtype) of outputs allocated per run
+class RunStats:
+    """Counters of runs: plan-cache hits and misses, milliseconds planning and executing."""
 
-
-@dataclass
-class Plan:
-    """Everything one input signature needs: shapes, host values, steps and memory."""
-
-    allocator: str
-    resolution: Resolution
-    template: list                  # slot -> constant / folded value (None otherwise), plus a trailing None
-    steps: list
-    memory: Optional[MemoryPlan]
-    arena_slots: dict               # slot -> (offset, shape, dtype)
-    naive_buffers: dict = field(default_factory=dict)
-    bound_generation: int = -1
+    runs: int = 0
+    cache_hits: int = 0
+    cache_misses: int = 0
     planning_ms: float = 0.0
-    data_dependent: list = field(default_factory=list)   # slots whose shape is only known at run time
-    validation: Any = None          # _Validation in validation mode (pool only)
-    arena: Optional[Arena] = None   # the arena the buffers are bound to
+    execution_ms: float = 0.0
+    failed_runs: int = 0
+    symbolic_plans: int = 0      # plans made by the generated functions
+    resolved_plans: int = 0      # plans made by per-node inference (a guard failed)
+    continuation_plans: int = 0  # plans made after a binding node (data-dependent shapes)
 
-    def bind(self, arena: Arena) -> None:
-        """(Re)make the arena views of every planned buffer after the arena changed."""
-        if self.allocator != "pool" or (self.bound_generation == arena.generation and self.arena is arena):
-            return
-        self.arena = arena
-        for step in self.steps:
-            for k, o in enumerate(step.outputs):
-                if o in self.arena_slots:
-                    off, shape, dtype = self.arena_slots[o]
-                    step.buffers[k] = arena.view(off, shape, dtype)
-        self.bound_generation = arena.generation
+    def add(self, other: "RunStats") -> None:
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
 
-def _planned_nbytes(shape, dtype) -> Optional[int]:
-    """Bytes of an arena-planned tensor; None when it cannot live in the arena."""
-    if shape is None or dtype is None or dtype.kind == "O":
-        return None
-    n = math.prod(shape) * dtype.itemsize
-    return n if n > 0 else None
+class ExecutionContext:
+    """What one run at a time owns: arenas (one per segment), bound buffers, counters."""
 
+    def __init__(self, validate: bool = False):
+        self.arenas: list[Arena] = []
+        self.bindings: dict = {}
+        self.stats = RunStats()
+        self.validate = validate
+        self.last_values: Optional[list] = None
 
-def build_plan(pg: PreparedGraph, res: Resolution, allocator: str, validate: bool = False) -> Plan:
-    """Steps, lifetimes and buffers for one input signature.
+    def arena(self, segment: int) -> Arena:
+        while len(self.arenas) <= segment:
+            self.arenas.append(Arena())
+        return self.arenas[segment]
 
-    Raises:
-        MemoryPlanError: ``validate`` and two simultaneously live blocks overlap.
-    """
-    t0 = time.perf_counter()
-    outputs = set(pg.output_slots)
-    template: list = [None] * (len(pg.names) + 1)
-    for s, v in enumerate(res.values):
-        if v is not None:
-            template[s] = v
-    steps: list = []
-    for idx, (pn, status) in enumerate(zip(pg.nodes, res.status)):
-        if status == FOLDED:
-            continue
-        kernel = res.kernels[idx]
-        ctx = res.contexts[idx]
-        prepared = None
-        if status == STEP:
-            prepared = kernel.prepare(ctx) if kernel.prepare is not None else ctx
-        steps.append(Step(idx, status, kernel.compute if kernel is not None else None, prepared,
-                          tuple(pn.all_inputs), tuple(pn.outputs), [None] * len(pn.outputs), ()))
-    pool = allocator == "pool"
-    t_mem = time.perf_counter()
-    specs = [_step_spec(pg, res, step, outputs, pool) for step in steps]
-    blocks = lifetimes(specs, keep=pg.output_slots, inplace=pool)
-    arena_slots: dict = {}
-    naive: dict = {}
-    if pool:
-        memory = plan_offsets(blocks)
-        if validate:
-            bad = check_no_overlap(blocks)
-            if bad:
-                a, b = bad[0]
-                raise MemoryPlanError(
-                    f"memory plan overlaps: '{pg.names[a.slots[0]]}' (steps {a.first}-{a.last}, bytes "
-                    f"{a.offset}-{a.offset + a.size}) and '{pg.names[b.slots[0]]}' (steps {b.first}-{b.last}, "
-                    f"bytes {b.offset}-{b.offset + b.size})")
-        for b in blocks:
-            for s, kind in zip(b.slots, b.kinds):
-                if kind != VIEW:
-                    arena_slots[s] = (b.offset, res.shapes[s], res.dtypes[s])
-    else:
-        for b in blocks:
-            s = b.slots[0]
-            naive[s] = np.empty(res.shapes[s], dtype=res.dtypes[s])
-        total = naive_bytes(blocks)
-        memory = MemoryPlan(blocks, total, lower_bound(blocks), total, 0.0, "naive")
-    memory.planning_ms = (time.perf_counter() - t_mem) * 1e3  # lifetimes and offsets
-    for step, spec in zip(steps, specs):
-        if step.kind != STEP:
-            continue
-        fresh = []
-        for k, o in enumerate(step.outputs):
-            if o < 0 or k in spec.aliases:
-                continue  # a view: the kernel returns it
-            if o in naive:
-                step.buffers[k] = naive[o]
-            elif o not in arena_slots:
-                fresh.append((k, res.shapes[o], res.dtypes[o]))
-        step.fresh = tuple(fresh)
-    dd = [s for s, shape in enumerate(res.shapes) if shape is None and s < len(pg.names)]
-    check = _Validation(blocks, len(steps)) if validate and pool else None
-    return Plan(allocator, res, template, steps, memory, arena_slots, naive,
-                planning_ms=(time.perf_counter() - t0) * 1e3, data_dependent=dd, validation=check)
+    @property
+    def arena_bytes(self) -> int:
+        return sum(a.capacity for a in self.arenas)
 
+    def trim(self) -> None:
+        for a in self.arenas:
+            a.trim()
+        self.bindings.clear()
 
-def _step_spec(pg: PreparedGraph, res: Resolution, step: Step, outputs: set, pool: bool) -> StepSpec:
-    """What the planner needs of a step: output sizes, view outputs and in-place candidates."""
-    pn = pg.nodes[step.index]
-    n_in = len(step.inputs)
-    aliases = {k: i for k, i in pn.opdef.aliases if k < len(step.outputs) and i < n_in}
-    if step.kind != STEP:
-        return StepSpec(step.inputs, step.outputs, (None,) * len(step.outputs), aliases)
-    shapes, dtypes = res.shapes, res.dtypes
-    sizes = [_planned_nbytes(shapes[o], dtypes[o]) if o >= 0 and o not in outputs else None
-             for o in step.outputs]
-    inplace = ()
-    kernel = res.kernels[step.index]
-    if pool and kernel is not None and kernel.may_inplace:
-        inplace = tuple((k, i) for k, i in kernel.may_inplace
-                        if k < len(step.outputs) and i < len(pn.inputs) and step.outputs[k] >= 0
-                        and sizes[k] is not None and step.inputs[i] >= 0
-                        and res.shapes[step.inputs[i]] == res.shapes[step.outputs[k]]
-                        and res.dtypes[step.inputs[i]] == res.dtypes[step.outputs[k]])
-    return StepSpec(step.inputs, step.outputs, tuple(sizes), aliases, inplace)
+    # --- buffers ---------------------------------------------------------------------
+    def buffers(self, plan: Plan) -> tuple:
+        """The output buffers of ``plan``'s steps in this context (made once per plan)."""
+        entry = self.bindings.get(id(plan))
+        seg = plan.segment
+        if plan.program.allocator == "pool":
+            arena = self.arena(seg.index)
+            if entry is not None and entry[1] == arena.generation:
+                return entry[2]
+            if arena.reserve(plan.arena_bytes):
+                self.bindings.clear()     # views of the old buffer: let it go
+            mk, generation = arena.maker(), arena.generation
+        else:
+            if entry is not None:
+                return entry[2]
+            mk, generation = _naive_maker, 0
+        buffers = seg.bind(mk, plan.shapes, plan.offsets)
+        if len(self.bindings) >= MAX_BINDINGS:
+            self.bindings.pop(next(iter(self.bindings)))
+        self.bindings[id(plan)] = (plan, generation, buffers)
+        return buffers
 
-
-class _Validation:
-    """Validation mode: which block each slot lives in and which blocks die after each step."""
-
-    def __init__(self, blocks: list, n_steps: int) -> None:
-        self.block_of = {s: b for b in blocks for s in b.slots}
-        self.dying: list = [[] for _ in range(n_steps + 1)]
-        for b in blocks:
-            self.dying[min(b.last, n_steps)].append(b)
-
-
-def execute(pg: PreparedGraph, plan: Plan, registry: Registry, feeds: dict, runtime=None) -> list:
-    """Run every step of the plan; returns the value list (slot -> array) and fresh ids."""
-    vals = list(plan.template)
-    for s, arr in feeds.items():
-        vals[s] = arr
-    fresh_ids: dict = {}  # id -> array: holding the array keeps its id from being reused
-    check = plan.validation if plan.arena is not None else None
-    if check is not None:
-        plan.arena.buffer.fill(0xFF)  # nothing in the arena may be read before it is written
-    step = None
-    try:
-        for t, step in enumerate(plan.steps):
-            if check is not None:
-                _check_arrays(pg, plan, step, t, step.inputs, vals, "reads")
-            if step.kind == DYNAMIC:
-                _run_dynamic(pg, step, registry, vals, fresh_ids, runtime)
-            else:
-                bufs = step.buffers
-                if step.fresh:
-                    bufs = list(bufs)
-                    for k, shape, dtype in step.fresh:
-                        a = np.empty(shape, dtype=dtype)
-                        fresh_ids[id(a)] = a
-                        bufs[k] = a
-                res = step.compute([vals[i] for i in step.inputs], bufs, step.prepared)
-                if res is None:
-                    for o, b in zip(step.outputs, bufs):
-                        vals[o] = b
+    # --- running -----------------------------------------------------------------------
+    def execute(self, plan: Plan, feeds: Sequence[np.ndarray]) -> list:
+        """Run ``plan`` (segment 0) on ``feeds`` (the program's inputs in order); returns the
+        value list (slot -> array) of the run."""
+        t0 = time.perf_counter()
+        program = plan.program
+        v = list(plan.template)
+        for slot, a in zip(program.pg.input_slots, feeds):
+            v[slot] = a
+        while True:
+            seg = plan.segment
+            if seg.steps:
+                buffers = self.buffers(plan)
+                if self.validate:
+                    _Interpreter(self, plan, buffers).run(v)
                 else:
-                    for o, r in zip(step.outputs, res):
-                        vals[o] = r
-            if check is not None:
-                _check_arrays(pg, plan, step, t, step.outputs, vals, "writes")
-                buf = plan.arena.buffer
-                for b in check.dying[t]:
-                    buf[b.offset:b.offset + b.size] = 0xFF  # poison: a stale read shows as NaN / -1
-    except DynashapeError:
-        raise
-    except Exception as exc:
-        node = pg.nodes[step.index].node if step is not None else None
-        where = f"{node.op_type} node '{node.name}'" if node else "execution"
-        raise ExecutionError(f"{where} failed: {type(exc).__name__}: {exc}") from exc
-    vals[-1] = None
-    return vals, fresh_ids
+                    try:
+                        seg.run(v, buffers, plan.prepared, plan.shapes)
+                    except DynashapeError:
+                        raise
+                    except Exception as exc:
+                        raise _step_error(seg, exc) from exc
+            if not seg.binding:
+                break
+            key = _run_binding_nodes(program, seg, v)
+            if seg.index + 1 == len(program.segments) or program.segments[seg.index + 1].empty:
+                break
+            following = program.segments[seg.index + 1]
+            nxt = plan.next.get(key)
+            if nxt is None:
+                nxt = self._continuation(plan, following, key, v)
+            else:
+                for slot, value in nxt.values:
+                    v[slot] = value
+            plan = nxt
+        self.stats.execution_ms += (time.perf_counter() - t0) * 1e3
+        self.last_values = v
+        return v
 
+    def _continuation(self, plan: Plan, following: Segment, key: tuple, v: list) -> Plan:
+        t0 = time.perf_counter()
+        env = dict(plan.env)
+        env.update(zip((name for _, _, name in plan.segment.binds), key))
+        nxt = build_plan(plan.program, following, env, known=v, validate=self.validate)
+        if self.validate:
+            check_plan_memory(nxt)
+        if len(plan.next) >= MAX_CONTINUATIONS:
+            plan.next.pop(next(iter(plan.next)), None)
+        plan.next[key] = nxt
+        self.stats.continuation_plans += 1
+        self.stats.planning_ms += (time.perf_counter() - t0) * 1e3
+        return nxt
+
+
+def _run_binding_nodes(program: Program, seg: Segment, v: list) -> tuple:
+    """Infer and run the segment's binding nodes; the values of the symbols they bind."""
+    pg = program.pg
+    for idx in seg.binding:
+        pn = pg.nodes[idx]
+        outs = run_dynamic(pn, program.registry, [v[i] if i >= 0 else None for i in pn.all_inputs], program.services)
+        for o, a in zip(pn.outputs, outs):
+            if o >= 0:
+                v[o] = a
+    for slot, rank, ints in seg.checks:
+        a = v[slot]
+        if a is None:
+            continue
+        shape = np.shape(a)
+        if len(shape) != rank or any(shape[axis] != d for axis, d in ints):
+            node = pg.nodes[pg.producer[slot]].node
+            want = ["?"] * rank
+            for axis, d in ints:
+                want[axis] = d
+            raise ExecutionError(f"{node.op_type} node '{node.name}' produced '{pg.names[slot]}' with shape "
+                                 f"{list(shape)}, its inference said {want}")
+    return tuple(np.shape(v[slot])[axis] for slot, axis, _ in seg.binds)
+
+
+def _step_error(seg: Segment, exc: Exception) -> ExecutionError:
+    """An ExecutionError naming the node whose kernel raised inside a generated run."""
+    tb = exc.__traceback__
+    pos = None
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_name == "run" and code.co_filename.startswith("<dynashape-"):
+            pos = seg.run_lines.get(tb.tb_lineno)
+        tb = tb.tb_next
+    if pos is None:
+        return ExecutionError(f"execution failed: {type(exc).__name__}: {exc}")
+    node = seg.steps[pos].node.node
+    return ExecutionError(f"{node.op_type} node '{node.name}' failed: {type(exc).__name__}: {exc}")
+
+
+def check_plan_memory(plan: Plan) -> None:
+    """Validation mode: no two blocks live at the same step share bytes."""
+    if plan.program.allocator != "pool":
+        return
+    bad = check_no_overlap(plan.memory.blocks)
+    if bad:
+        a, b = bad[0]
+        names = plan.program.pg.names
+        raise MemoryPlanError(
+            f"memory plan overlaps: '{names[a.slots[0]]}' (steps {a.first}-{a.last}, bytes "
+            f"{a.offset}-{a.offset + a.size}) and '{names[b.slots[0]]}' (steps {b.first}-{b.last}, "
+            f"bytes {b.offset}-{b.offset + b.size})")
+
+
+# --- validation mode ------------------------------------------------------------------------
 
 def _byte_bounds(a: np.ndarray) -> tuple:
     try:
@@ -257,49 +258,77 @@ def _byte_bounds(a: np.ndarray) -> tuple:
     return byte_bounds(a)
 
 
-def _check_arrays(pg: PreparedGraph, plan: Plan, step: Step, t: int, slots: tuple, vals: list, verb: str) -> None:
-    """Validation mode: every array of ``slots`` that lies in the arena lies in its own block,
-    and that block is live at step ``t`` (not freed, so not poisoned)."""
-    buf = plan.arena.buffer
-    if not buf.nbytes:
-        return
-    base = buf.ctypes.data
-    top = base + buf.nbytes
-    check = plan.validation
-    for s in slots:
-        a = vals[s] if s >= 0 else None
-        if not isinstance(a, np.ndarray) or a.size == 0:
-            continue
-        lo, hi = _byte_bounds(a)
-        if hi <= base or lo >= top:
-            continue
-        node = pg.nodes[step.index].node
-        where = f"step {t} ({node.op_type} node '{node.name}') {verb} '{pg.names[s]}'"
-        b = check.block_of.get(s)
-        if b is None:
-            raise MemoryPlanError(f"{where}, which lies in arena bytes [{lo - base}, {hi - base}) that no block "
-                                  "of it owns (a kernel returned a view of the arena without declaring aliases?)")
-        if not b.first <= t <= b.last:
-            raise MemoryPlanError(f"{where} outside the lifetime of its block (steps {b.first}-{b.last}): "
-                                  "the block was freed and poisoned")
-        if lo < base + b.offset or hi > base + b.offset + b.size:
-            raise MemoryPlanError(f"{where} at arena bytes [{lo - base}, {hi - base}), outside its block "
-                                  f"[{b.offset}, {b.offset + b.size})")
+class _Interpreter:
+    """The generated ``run`` as a loop, checking every arena array a step reads or writes
+    lies in its own block and that the block is live, and poisoning (0xFF) the arena at
+    the start and every block after its last reader (a stale float read shows as NaN)."""
 
+    def __init__(self, ctx: ExecutionContext, plan: Plan, buffers: tuple):
+        self.plan = plan
+        self.buffers = buffers
+        self.pool = plan.program.allocator == "pool"
+        self.arena = ctx.arena(plan.segment.index) if self.pool else None
+        blocks = plan.memory.blocks if self.pool else []
+        self.block_of = {s: b for b in blocks for s in b.slots}
+        self.dying: dict = {}
+        for b in blocks:
+            self.dying.setdefault(b.last, []).append(b)
 
-def _run_dynamic(pg: PreparedGraph, step: Step, registry: Registry, vals: list, fresh_ids: set, runtime) -> None:
-    """Infer, allocate and run a node whose shapes are only known now."""
-    pn = pg.nodes[step.index]
-    arrays = [vals[i] if i >= 0 else None for i in pn.all_inputs]
-    present = [a is not None for a in arrays]
-    ctx = InferContext(pn.node, pn.opset,
-                       [tuple(np.shape(a)) if p else None for a, p in zip(arrays, present)],
-                       [np.asarray(a).dtype if p else None for a, p in zip(arrays, present)],
-                       arrays, runtime=runtime)
-    _infer(pn, ctx)
-    kernel = kernel_for(registry, pn, ctx)
-    for o, a in zip(pn.outputs, run_node_now(pn, kernel, ctx, arrays)):
-        if o >= 0:
-            vals[o] = a
+    def run(self, v: list) -> None:
+        seg, plan = self.plan.segment, self.plan
+        buf = self.arena.buffer if self.pool else None
+        if buf is not None:
+            buf.fill(0xFF)  # nothing in the arena may be read before it is written
+        blocks: dict = {}
+        for pos, st in enumerate(seg.steps):
+            self._check(st, st.inputs, v, "reads")
+            outs = []
+            for k, spec in enumerate(st.outs):
+                if spec.kind == FRESH:
+                    outs.append(np.empty(plan.shapes[spec.sid], spec.dtype))
+                elif spec.kind == FBLOCK:
+                    if spec.owner:
+                        blocks[spec.ref] = np.empty(plan.shapes[spec.sid], spec.dtype)
+                    a = blocks[spec.ref]
+                    outs.append(a.reshape(plan.shapes[spec.sid]) if spec.reshape else a)
+                elif spec.kind == ARENA:
+                    outs.append(self.buffers[pos][k])
+                else:
+                    outs.append(None)
+            res = run_kernel(st.node, st.kernel.compute, plan.prepared[pos],
+                             [v[i] if i >= 0 else None for i in st.inputs], outs)
+            for o, a in zip(st.outputs, res):
+                if o >= 0:
+                    v[o] = a
+            self._check(st, st.outputs, v, "writes")
+            if buf is not None:
+                for b in self.dying.get(st.t, ()):
+                    buf[b.offset:b.offset + b.size] = 0xFF
 
-
+    def _check(self, st, slots: tuple, v: list, verb: str) -> None:
+        if not self.pool or not self.arena.buffer.nbytes:
+            return
+        buf = self.arena.buffer
+        base = buf.ctypes.data
+        top = base + buf.nbytes
+        names = self.plan.program.pg.names
+        t = st.t
+        for s in slots:
+            a = v[s] if s >= 0 else None
+            if not isinstance(a, np.ndarray) or a.size == 0:
+                continue
+            lo, hi = _byte_bounds(a)
+            if hi <= base or lo >= top:
+                continue
+            node = st.node.node
+            where = f"step {t} ({node.op_type} node '{node.name}') {verb} '{names[s]}'"
+            b = self.block_of.get(s)
+            if b is None:
+                raise MemoryPlanError(f"{where}, which lies in arena bytes [{lo - base}, {hi - base}) that no block "
+                                      "of it owns (a kernel returned a view of the arena without declaring aliases?)")
+            if not b.first <= t <= b.last:
+                raise MemoryPlanError(f"{where} outside the lifetime of its block (steps {b.first}-{b.last}): "
+                                      "the block was freed and poisoned")
+            if lo < base + b.offset or hi > base + b.offset + b.size:
+                raise MemoryPlanError(f"{where} at arena bytes [{lo - base}, {hi - base}), outside its block "
+                                      f"[{b.offset}, {b.offset + b.size})")

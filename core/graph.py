@@ -87,10 +87,13 @@ def _implicit_names(node: Node) -> set[str]:
 
 
 def prepare_graph(model_or_graph, registry: Registry, opsets: Optional[dict[str, int]] = None,
-                  outer: tuple[str, ...] = ()) -> PreparedGraph:
+                  outer: tuple[str, ...] = (), outer_constants: Optional[dict[str, np.ndarray]] = None
+                  ) -> PreparedGraph:
     """Resolve schemas, order nodes and give every tensor a slot.
 
-    ``outer`` are names defined outside a subgraph; they become extra graph inputs.
+    ``outer`` are names defined outside a subgraph; they become extra graph inputs, except
+    those in ``outer_constants`` (the enclosing graph's initializers and folded constants),
+    which become constants of the subgraph.
 
     Raises:
         UnsupportedOperatorError: an op has no definition for the model's opset.
@@ -112,8 +115,10 @@ def prepare_graph(model_or_graph, registry: Registry, opsets: Optional[dict[str,
             names.append(name)
         return slot[name]
 
-    input_slots = [slot_of(v.name) for v in graph.inputs] + [slot_of(n) for n in outer]
-    constants = {slot_of(k): v for k, v in graph.initializers.items()}
+    outer_constants = outer_constants or {}
+    input_slots = [slot_of(v.name) for v in graph.inputs] + [slot_of(n) for n in outer if n not in outer_constants]
+    constants = {slot_of(k): v for k, v in outer_constants.items()}
+    constants.update({slot_of(k): v for k, v in graph.initializers.items()})
     known = {v.name for v in graph.inputs} | set(graph.initializers) | set(outer)
     nodes = []
     producer = {}

@@ -16,10 +16,11 @@ __all__ = ["format_table", "plan_report", "plot_plan"]
 
 
 def _tensor_last_uses(plan) -> dict:
+    """slot -> global index of the last step of the program that reads it."""
     last: dict = {}
-    for t, step in enumerate(plan.steps):
+    for step in plan.program.steps:
         for i in step.inputs:
-            last[i] = t
+            last[i] = step.t
     return last
 
 
@@ -35,8 +36,8 @@ def plan_report(session, plan) -> dict:
     """
     mem = plan.memory
     names = session.graph.names
-    res = plan.resolution
-    n_steps = len(plan.steps)
+    dtypes = plan.program.sg.dtypes
+    n_steps = plan.program.n_steps
     last = _tensor_last_uses(plan)
     outputs = set(session.graph.output_slots)
     pool = plan.allocator == "pool"
@@ -50,7 +51,7 @@ def plan_report(session, plan) -> dict:
                        "offset": offset if pool else None})
         for s, kind, step in zip(b.slots, b.kinds, b.steps):
             planned.add(s)
-            shape, dtype = res.shapes[s], res.dtypes[s]
+            shape, dtype = plan.shape_of(s), dtypes[s]
             nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize if shape is not None and dtype is not None \
                 else b.size
             end = n_steps if s in outputs else max(step, last.get(s, step))

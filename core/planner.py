@@ -40,6 +40,8 @@ __all__ = [
     "order_by_size",
     "place",
     "plan_offsets",
+    "order_by_offset",
+    "write_layout",
 ]
 
 #: Byte alignment of every arena block.
@@ -347,3 +349,51 @@ def check_no_overlap(blocks: Sequence[Block]) -> list:
             if a.overlaps(b):
                 bad.append((a, b))
     return bad
+
+
+# 4. a placement order kept across signatures ---------------------------------------------
+
+def order_by_offset(blocks: Sequence[Block]) -> list:
+    """The blocks sorted by offset: placed in this order, each on top of the earlier blocks
+    whose lifetimes overlap it, they land at or below the offsets they have now."""
+    return sorted(blocks, key=lambda b: (b.offset, b.id))
+
+
+def write_layout(writer, blocks: Sequence[Block], order: Sequence[int], n_steps: int) -> None:
+    """Emit ``def layout(N)``: for the byte sizes ``N`` (indexed like ``blocks``) of one
+    signature, the offsets of ``blocks`` placed in ``order`` (indices into ``blocks``), each
+    block above the earlier-placed blocks whose lifetimes overlap it, with the arena size and
+    the lower bound (max over steps of aligned live bytes).
+
+    Always valid whatever the sizes; the caller re-places from scratch when the arena
+    exceeds the lower bound by too much. Returns ``(offsets, arena bytes, lower bound)``.
+    """
+    index = {b.id: k for k, b in enumerate(blocks)}
+    writer.emit("def layout(N):", 0)
+    for k in range(len(blocks)):
+        writer.emit(f"a{k} = (N[{k}] + {ALIGNMENT - 1}) & {-ALIGNMENT}")
+    placed: list = []
+    for k in order:
+        b = blocks[k]
+        below = [f"t{index[p.id]}" for p in placed if p.overlaps(b)]
+        writer.emit(f"o{k} = " + ("0" if not below else below[0] if len(below) == 1 else f"max({', '.join(below)})"))
+        writer.emit(f"t{k} = o{k} + a{k}")
+        placed.append(b)
+    ends = [f"t{k}" for k in range(len(blocks))]
+    writer.emit("top = " + ("0" if not ends else ends[0] if len(ends) == 1 else f"max({', '.join(ends)})"))
+    starts: dict = {}
+    stops: dict = {}
+    for k, b in enumerate(blocks):
+        starts.setdefault(b.first, []).append(f"a{k}")
+        stops.setdefault(b.last + 1, []).append(f"a{k}")
+    writer.emit("live = bound = 0")
+    for t in sorted(set(starts) | set(stops)):
+        gone = stops.get(t, [])
+        new = starts.get(t, [])
+        if gone:
+            writer.emit(f"live -= {' + '.join(gone)}")
+        if new:
+            writer.emit(f"live += {' + '.join(new)}")
+            writer.emit("if live > bound: bound = live")
+    offsets = "".join(f"o{k}, " for k in range(len(blocks)))
+    writer.emit(f"return ({offsets}), top, bound")

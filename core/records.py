@@ -130,20 +130,24 @@ class KernelDef:
 
 _fresh_counter = itertools.count()
 
+#: Comparisons ``InferContext.assume`` accepts, with their meaning on ints.
+_RELATIONS = {"==": int.__eq__, "!=": int.__ne__, ">=": int.__ge__, ">": int.__gt__}
+
 
 class InferContext:
     """What an op's inference, propagation and kernel preparation see of one node.
 
     ``input_shapes[i]`` / ``input_dtypes[i]`` / ``input_values[i]`` are ``None`` for an
     absent optional input (and values for inputs not known on the host). After
-    inference, ``output_shapes`` and ``output_dtypes`` are filled in.
+    inference, ``output_shapes`` and ``output_dtypes`` are filled in. ``services`` is the
+    engine's :class:`~dynashape.node.NodeServices` (the model's opsets, compiled subgraphs).
     """
 
     __slots__ = ("node", "opset", "input_shapes", "input_dtypes", "input_values",
-                 "output_shapes", "output_dtypes", "symbolic", "fresh", "runtime")
+                 "output_shapes", "output_dtypes", "symbolic", "fresh", "services", "guards")
 
     def __init__(self, node, opset: int, input_shapes, input_dtypes, input_values,
-                 symbolic: bool = False, fresh: Optional[Callable[[], Expr]] = None, runtime=None):
+                 symbolic: bool = False, fresh: Optional[Callable[[], Expr]] = None, services=None):
         self.node = node
         self.opset = opset
         self.input_shapes = input_shapes
@@ -153,7 +157,8 @@ class InferContext:
         self.output_dtypes: list = []
         self.symbolic = symbolic
         self.fresh = fresh
-        self.runtime = runtime
+        self.services = services
+        self.guards: list = []
 
     # node ---------------------------------------------------------------
     @property
@@ -187,7 +192,7 @@ class InferContext:
         of symbolic dims (partial data propagation)."""
         return self.input_values[i] if i < len(self.input_values) else None
 
-    # errors and fresh symbols --------------------------------------------
+    # errors, fresh symbols and assumptions -----------------------------------
     def fail(self, message: str, kind: str = "") -> NoReturn:
         """Raise :class:`ShapeInferenceError` naming this node, its op and input shapes."""
         shapes = ", ".join("absent" if s is None else "(" + ", ".join(map(str, s)) + ")"
@@ -202,6 +207,22 @@ class InferContext:
         if self.fresh is not None:
             return self.fresh()
         return sym(f"unk__{next(_fresh_counter)}")
+
+    def assume(self, a, relation: str, b) -> bool:
+        """State a condition on dims that the symbolic rule just taken relies on.
+
+        ``relation`` is one of ``==``, ``!=``, ``>=``, ``>``. With two ints it returns the
+        comparison. With a symbolic side the rule holds only where the condition does
+        (a Reshape target entry ``n`` means "copy" when ``n`` is 0): it is recorded as a
+        guard that every new signature evaluates, a signature that breaks it is planned by
+        per-node inference instead, and True is returned.
+        """
+        test = _RELATIONS[relation]
+        diff = a - b
+        if isinstance(diff, (int, np.integer)):  # decided structurally: a op b <=> a - b op 0
+            return test(int(diff), 0)
+        self.guards.append((a, relation, b))
+        return True
 
 
 # dtype inference helpers ------------------------------------------------------

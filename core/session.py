@@ -1,34 +1,40 @@
 """``InferenceSession``: import once, run again and again with changing shapes.
 
-Each run binds the feeds' shapes (validated against the declared dims), looks the input
-signature up in the plan cache, and on a miss resolves every shape (running the shape
-subgraph on the host), plans memory and prepares every kernel. Then the kernels run
-into the planned buffers. A run that raises leaves the session as it was.
+At creation the model is imported, its constants folded and one program compiled
+(:mod:`dynashape.program`: symbolic inference, steps, memory structure, generated code).
+Each run looks its input signature up in the plan cache; a new signature is validated
+against the declared inputs and planned by one call of generated code. The run itself
+takes an execution context from a small pool, so concurrent ``run`` calls on one session
+are correct and overlap. A run that raises leaves the session as it was.
 """
 from __future__ import annotations
 
 import os
-import threading
-import warnings
 import time
-from collections import OrderedDict
+import warnings
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
+from .engine import Engine
 from .errors import (DimParamMismatch, InputDtypeMismatch, InputFixedDimMismatch, InputNameError,
                      InputRankMismatch, InvalidFeedError)
-from .executor import Arena, Plan, build_plan, execute
+from .executor import Arena, RunStats
 from .graph import PreparedGraph, prepare_graph
-from .inference import fold_constants, resolve
-from .model import FIXED, SYMBOLIC, Model, ValueInfo, load_model
+from .inference import fold_constants
+from .model import FIXED, SYMBOLIC, Model, ValueInfo, input_dim_exprs, load_model
+from .plan import Plan
+from .program import Program
 from .registry import get_registry
-from .symbolic_inference import SymbolicGraph, infer_symbolic
+from .symbolic_inference import SymbolicGraph
 
 __all__ = ["InferenceSession", "NodeArg", "SessionStats"]
 
 ALLOCATORS = ("pool", "naive")
+
+#: Counters of a session (summed over its execution contexts).
+SessionStats = RunStats
 
 
 @dataclass(frozen=True)
@@ -41,20 +47,6 @@ class NodeArg:
     type: str
 
 
-@dataclass
-class SessionStats:
-    """Counters of one session: plan-cache hits and misses, milliseconds planning and executing."""
-
-    runs: int = 0
-    cache_hits: int = 0
-    cache_misses: int = 0
-    planning_ms: float = 0.0
-    execution_ms: float = 0.0
-    failed_runs: int = 0
-    symbolic_plans: int = 0      # misses planned by evaluating the symbolic shapes
-    resolved_plans: int = 0      # misses planned by per-node inference (data-dependent graphs)
-
-
 def _node_arg(vi: ValueInfo) -> NodeArg:
     shape = None if vi.dims is None else [d.display for d in vi.dims]
     return NodeArg(vi.name, shape, vi.type)
@@ -65,13 +57,19 @@ class InferenceSession:
 
     Args:
         model: a path, serialized bytes or an ``onnx.ModelProto``.
-        allocator: ``"pool"`` (one arena, offsets planned per input signature, reused when
-            the new shapes fit and grown when they don't) or ``"naive"`` (one buffer per tensor).
+        allocator: ``"pool"`` (one arena per execution context, offsets planned per input
+            signature, reused when the new shapes fit and grown when they don't) or
+            ``"naive"`` (one buffer per tensor).
         plan_cache_size: how many input signatures keep their plan (LRU).
-        validate_memory: check every pool plan for overlapping live tensors, and during
-            runs poison freed arena blocks and check that every arena array a step reads
-            or writes lies in its own live block (also ``DYNASHAPE_VALIDATE_MEMORY=1``;
-            see docs/MEMORY.md). Raises ``MemoryPlanError``.
+        validate_memory: validation mode (also ``DYNASHAPE_VALIDATE_MEMORY=1``; see
+            docs/MEMORY.md): every pool plan is checked for overlapping live tensors, runs
+            poison freed arena blocks and check that every arena array a step reads or
+            writes lies in its own live block, and every plan made from the symbolic
+            program is checked against per-node inference. Raises ``MemoryPlanError`` /
+            ``PlanCheckError``.
+        strict_dim_params: a declared ``dim_param`` bound to two values in one run is a
+            ``DimParamMismatch`` (by default, as in ONNX Runtime, declared dim_params are
+            hints: the conflicting axes get symbols of their own, with a warning once).
 
     Raises:
         ModelLoadError: the model cannot be read.
@@ -80,34 +78,49 @@ class InferenceSession:
     """
 
     def __init__(self, model: Any, *, allocator: str = "pool", plan_cache_size: int = 8,
-                 validate_memory: Optional[bool] = None):
+                 validate_memory: Optional[bool] = None, strict_dim_params: bool = False):
         if allocator not in ALLOCATORS:
             raise ValueError(f"allocator must be one of {ALLOCATORS}, got {allocator!r}")
         self.allocator = allocator
-        self.use_symbolic_plans = True
+        self.strict_dim_params = bool(strict_dim_params)
         self.validate_memory = (os.environ.get("DYNASHAPE_VALIDATE_MEMORY", "") in ("1", "true")
                                 if validate_memory is None else bool(validate_memory))
         self.model: Model = load_model(model)
         self.registry = get_registry()
         self.graph: PreparedGraph = prepare_graph(self.model, self.registry)
         self.folded_nodes = fold_constants(self.graph, self.registry)
-        t0 = time.perf_counter()
-        self.symbolic: SymbolicGraph = infer_symbolic(self.graph, self.registry)
-        self.symbolic_inference_ms = (time.perf_counter() - t0) * 1e3
         self._inputs = self.model.graph.inputs
         self._outputs = self.model.graph.outputs
-        self._plans: "OrderedDict[tuple, Plan]" = OrderedDict()
-        self.plan_cache_size = max(1, int(plan_cache_size))
-        self.arena = Arena()
-        self.stats = SessionStats()
-        self._lock = threading.Lock()
+        taken = {d.value for vi in self._inputs if vi.dims for d in vi.dims if isinstance(d.value, str)}
+        taken |= set(self.graph.names)
+        dims = {self.graph.slot[vi.name]: input_dim_exprs(vi, taken) for vi in self._inputs}
+        dtypes = {self.graph.slot[vi.name]: vi.dtype for vi in self._inputs}
+        t0 = time.perf_counter()
+        self.engine = Engine(self.graph, self.registry, dims, dtypes, [vi.name for vi in self._inputs],
+                             allocator, validate=self.validate_memory, strict_dim_params=self.strict_dim_params,
+                             plan_cache_size=plan_cache_size, name=self.model.graph.name or "model")
+        self.symbolic_inference_ms = (time.perf_counter() - t0) * 1e3
         self._input_index = {vi.name: i for i, vi in enumerate(self._inputs)}
-        self._output_slot = {vi.name: self.graph.slot[vi.name] for vi in self._outputs}
-        self._output_names = [vi.name for vi in self._outputs]
-        self._input_slots = [(vi.name, self.graph.slot[vi.name]) for vi in self._inputs]
+        self._input_names = [vi.name for vi in self._inputs]
+        self._output_index = {vi.name: i for i, vi in enumerate(self._outputs)}
+        self._all_outputs = list(range(len(self._outputs)))
         self.shape_conflicts = self._declared_vs_inferred()
 
     # description ------------------------------------------------------------
+    @property
+    def program(self) -> Program:
+        """The compiled program for the declared dims (steps, segments, generated code)."""
+        return self.engine.program
+
+    @property
+    def symbolic(self) -> SymbolicGraph:
+        """Every tensor's symbolic shape, dtype and value, and every node's status."""
+        return self.engine.program.sg
+
+    @property
+    def plan_cache_size(self) -> int:
+        return self.engine.plan_cache_size
+
     def get_inputs(self) -> list[NodeArg]:
         return [_node_arg(v) for v in self._inputs]
 
@@ -141,13 +154,20 @@ class InferenceSession:
         return conflicts
 
     @property
+    def stats(self) -> RunStats:
+        """Plan-cache hits and misses, planning and execution ms, summed over the contexts."""
+        return self.engine.stats
+
+    @property
     def last_plan(self) -> Optional[Plan]:
-        return next(reversed(self._plans.values()), None) if self._plans else None
+        return self.engine.last_plan
 
     # running -----------------------------------------------------------------
     def run(self, output_names: Optional[Sequence[str]], input_feed: Mapping[str, Any],
             run_options: Any = None) -> list[np.ndarray]:
         """Run the model on ``input_feed`` and return the requested outputs (all when None).
+
+        Arrays returned are never touched by a later or concurrent run.
 
         Raises:
             InputNameError: a required input is missing, or an unknown input/output name.
@@ -156,51 +176,37 @@ class InferenceSession:
             ShapeInferenceError: an operator's shape rule is broken for these shapes.
             ExecutionError: a kernel failed.
         """
-        if output_names:
-            names = list(output_names)
-            for n in names:
-                if n not in self._output_slot:
-                    raise InputNameError(f"unknown output name '{n}'; the model's outputs are "
-                                         f"{[o.name for o in self._outputs]}")
-        else:
-            names = self._output_names
-        with self._lock:
-            try:
-                feeds, key = self._bind(input_feed)
-                plan = self._plan(key, feeds)
-                t0 = time.perf_counter()
-                vals, fresh = execute(self.graph, plan, self.registry, feeds, runtime=self)
-                self.stats.execution_ms += (time.perf_counter() - t0) * 1e3
-                self.stats.runs += 1
-            except Exception:
-                self.stats.failed_runs += 1
-                raise
-        slots = self._output_slot
-        return [v if id(v) in fresh else np.array(v, copy=True) for v in (vals[slots[n]] for n in names)]
-
-    def _bind(self, input_feed: Mapping[str, Any]) -> tuple[dict, tuple]:
-        """{slot: array} and the plan-cache key. Feeds are validated unless their signature
-        (the key) already has a plan, which it only got after passing validation."""
-        feeds: dict = {}
-        key: list = []
-        value_inputs = self.graph.value_inputs
+        wanted = self._all_outputs if not output_names else self._wanted(output_names)
         try:
-            for name, slot in self._input_slots:
-                arr = input_feed[name]
-                if type(arr) is not np.ndarray:
-                    arr = np.asarray(arr)
-                feeds[slot] = arr
-                key.append(arr.shape)
-                key.append(arr.dtype)
-                if slot in value_inputs:
-                    key.append(arr.tobytes())
+            feeds = [input_feed[n] for n in self._input_names]
         except (KeyError, TypeError):
             self._validate(input_feed)
             raise
+        key = []
+        for i, a in enumerate(feeds):
+            if type(a) is not np.ndarray:
+                feeds[i] = a = np.asarray(a)
+            key.append(a.shape)
+            key.append(a.dtype)
         key_t = tuple(key)
-        if key_t not in self._plans or len(input_feed) != len(self._input_slots):
-            self._validate(input_feed)
-        return feeds, key_t
+        plan = self.engine.cached_plan(key_t)
+        if plan is None or len(input_feed) != len(feeds):
+            try:
+                self._validate(input_feed)
+            except Exception:
+                self.engine.stats_failed()
+                raise
+        return self.engine.run(key_t, feeds, wanted, plan)
+
+    def _wanted(self, output_names: Sequence[str]) -> list[int]:
+        out = []
+        for n in output_names:
+            i = self._output_index.get(n)
+            if i is None:
+                raise InputNameError(f"unknown output name '{n}'; the model's outputs are "
+                                     f"{[o.name for o in self._outputs]}")
+            out.append(i)
+        return out
 
     def _validate(self, input_feed: Mapping[str, Any]) -> None:
         """Raise the first problem of the feeds: type, names, then each input's dtype and dims."""
@@ -216,10 +222,11 @@ class InferenceSession:
                 raise InputNameError(f"missing input '{vi.name}' (expected {vi.type} with shape "
                                      f"{_node_arg(vi).shape})")
             arr = input_feed[vi.name]
-            self._check_feed(vi, arr if isinstance(arr, np.ndarray) else np.asarray(arr), bound)
+            self._check_feed(vi, arr if isinstance(arr, np.ndarray) else np.asarray(arr),
+                             bound if self.strict_dim_params else None)
 
     @staticmethod
-    def _check_feed(vi: ValueInfo, arr: np.ndarray, bound: dict) -> None:
+    def _check_feed(vi: ValueInfo, arr: np.ndarray, bound: Optional[dict]) -> None:
         want = vi.dtype
         if want is not None and arr.dtype != want and not (want == object and arr.dtype.kind in "OUS"):
             raise InputDtypeMismatch(f"input '{vi.name}': expected {vi.type} (numpy {want}), got numpy {arr.dtype}")
@@ -232,7 +239,7 @@ class InferenceSession:
             if d.kind == FIXED and got != d.value:
                 raise InputFixedDimMismatch(f"input '{vi.name}', axis {axis}: expected {d.value} (fixed dim), "
                                             f"got {got} (shape {list(arr.shape)})")
-            if d.kind == SYMBOLIC:
+            if d.kind == SYMBOLIC and bound is not None:
                 prev = bound.get(d.value)
                 if prev is not None and prev[0] != got:
                     raise DimParamMismatch(
@@ -240,50 +247,30 @@ class InferenceSession:
                         f"and to {got} by input '{vi.name}' axis {axis}")
                 bound[d.value] = (got, vi.name, axis)
 
-    def _plan(self, key: tuple, feeds: dict) -> Plan:
-        plan = self._plans.get(key)
-        if plan is not None:
-            self._plans.move_to_end(key)
-            self.stats.cache_hits += 1
-        else:
-            t0 = time.perf_counter()
-            shapes = {s: tuple(a.shape) for s, a in feeds.items()}
-            dtypes = {s: a.dtype for s, a in feeds.items()}
-            values = {s: feeds[s] for s in self.graph.value_inputs if s in feeds}
-            res = self.symbolic.instantiate(self.graph, shapes) if self.use_symbolic_plans else None
-            if res is None:
-                res = resolve(self.graph, self.registry, shapes, dtypes, values, runtime=self)
-                self.stats.resolved_plans += 1
-            else:
-                self.stats.symbolic_plans += 1
-            plan = build_plan(self.graph, res, self.allocator, validate=self.validate_memory)
-            self.stats.planning_ms += (time.perf_counter() - t0) * 1e3
-            self.stats.cache_misses += 1
-            self._plans[key] = plan
-            if len(self._plans) > self.plan_cache_size:
-                self._plans.popitem(last=False)
-        if self.allocator == "pool" and plan.memory is not None:
-            self.arena.reserve(plan.memory.arena_bytes)
-            plan.bind(self.arena)
-        return plan
-
     def plan(self, input_feed: Mapping[str, Any]) -> Plan:
-        """The plan of these feeds' signature (shapes, steps, memory), from the cache or made now,
-        without running; the arena is reserved for it as a run would. ``plan(...).memory`` has
-        ``arena_bytes``, ``lower_bound_bytes``, ``naive_bytes``, ``planning_ms`` and the blocks."""
-        with self._lock:
-            feeds, key = self._bind(input_feed)
-            return self._plan(key, feeds)
+        """The plan of these feeds' signature (segment 0: shapes, steps, memory), from the cache
+        or made now, without running; an execution context binds its buffers as a run would.
+        ``plan(...).memory`` has ``arena_bytes``, ``lower_bound_bytes``, ``naive_bytes``,
+        ``planning_ms`` and the blocks."""
+        self._validate(input_feed)
+        feeds = [np.asarray(input_feed[n]) for n in self._input_names]
+        key = tuple(x for a in feeds for x in (a.shape, a.dtype))
+        return self.engine.plan(key, feeds)
 
     def trim(self) -> None:
-        """Release the arena and every cached plan (memory comes back on the next run)."""
-        with self._lock:
-            self._plans.clear()
-            self.arena.trim()
+        """Release the arenas and every cached plan (memory comes back on the next run)."""
+        self.engine.clear()
+
+    @property
+    def arena(self) -> Arena:
+        """The segment-0 arena of the most recently used execution context."""
+        ctx = self.engine.last_context
+        if ctx is None:
+            return Arena()
+        return ctx.arena(0)
 
     @property
     def arena_bytes(self) -> int:
-        """Current arena capacity in bytes (0 for the naive allocator)."""
-        return self.arena.capacity
-
+        """Arena capacity in bytes over every execution context (0 for the naive allocator)."""
+        return sum(ctx.arena_bytes for ctx in list(self.engine._contexts))
 

@@ -79,14 +79,18 @@ def check_unidirectional(ctx: InferContext, source: Shape, target: Shape, what: 
     """Fail unless ``source`` broadcasts unidirectionally to ``target`` (ONNX
     Broadcasting.md: right-aligned, rank <= target's, each dim 1 or equal to the target's).
 
-    Only ints can be judged; a kernel's ``prepare`` calls it again with concrete shapes so
-    that a symbolic plan reports a mismatch as BroadcastMismatch too.
+    A symbolic dim that cannot be judged now is assumed to broadcast (``ctx.assume``):
+    every new signature checks it, and one that breaks it fails here with concrete dims.
     """
     if len(source) > len(target):
         ctx.fail(f"{what} has rank {len(source)} > rank {len(target)} of {tuple(target)}; {what} must "
                  "be unidirectionally broadcastable to it", kind="BroadcastMismatch")
     for j, (d, t) in enumerate(zip(reversed(source), reversed(target))):
-        if d != 1 and d != t and isinstance(d, int) and isinstance(t, int):
+        if not (isinstance(d, int) and isinstance(t, int)):
+            if not (d == 1 or _same_dim(d, t)):
+                ctx.assume(_broadcast_or_fail(ctx, (d, t), ""), "==", t)
+            continue
+        if d != 1 and d != t:
             want = "1" if t == 1 else f"1 or {t}"
             ctx.fail(f"{what} of shape {tuple(source)} cannot be broadcast to {tuple(target)}: its dim "
                      f"{len(source) - 1 - j} is {d}, expected {want} ({what} must be "
@@ -118,12 +122,22 @@ def value_list(value: Optional[np.ndarray]) -> Optional[list]:
 
 
 def check_dims_equal(ctx: InferContext, a: Dim, b: Dim, what: str) -> Dim:
-    """Fail when two known dims differ; returns the more concrete one."""
+    """Fail when two dims differ (DimMismatch); returns the more concrete one.
+
+    Symbolic dims that are not provably equal are assumed equal (``ctx.assume``): every
+    new signature checks it, and one that breaks it fails here with concrete dims.
+    """
     if isinstance(a, int) and isinstance(b, int):
         if a != b:
             ctx.fail(f"{what}: {a} != {b}", kind="DimMismatch")
         return a
+    if not _same_dim(a, b):
+        ctx.assume(a, "==", b)
     return a if isinstance(a, int) else b
+
+
+def _same_dim(a: Dim, b: Dim) -> bool:
+    return type(a) is type(b) and a == b
 
 
 def pool_output_dim(size: Dim, kernel: int, stride: int, pad_begin: int, pad_end: int,

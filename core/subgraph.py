@@ -1,76 +1,105 @@
-"""Running a subgraph (the branches of If, the body of Loop/Scan) with outer-scope values.
+"""Subgraphs (the branches of If, the bodies of Loop and Scan) as programs of their own.
 
-Shapes inside a subgraph are resolved like the main graph's: per input signature, with
-its own small plan cache (naive buffers; outputs handed out as fresh arrays).
+A :class:`SubgraphRunner` is made once per subgraph by the enclosing program (through
+``ctx.services.subgraph(graph)``), with the session's registry: the enclosing graph's
+constants become the subgraph's constants (so weights fold there too), its other outer
+values become inputs with the dims they have outside. Plans are cached per signature and
+runs take execution contexts from the runner's own pool, as the session's do.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
-from typing import Mapping, Sequence
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from .executor import build_plan, execute
+from .engine import Engine
 from .graph import prepare_graph
-from .inference import resolve
-from .model import Graph
-from .registry import get_registry
+from .inference import fold_constants
+from .model import Graph, input_dim_exprs
+from .registry import Registry
 
 __all__ = ["SubgraphRunner"]
 
 
 class SubgraphRunner:
-    """Executes one subgraph; ``run(feeds)`` takes its formal inputs and outer-scope values by name.
+    """Runs one subgraph: ``run_list(formal_inputs, outer_values_by_name)`` -> its outputs,
+    arrays the caller owns.
 
     Args:
         graph: the subgraph (a ``Graph`` attribute of an If/Loop/Scan node).
         opsets: the model's opset imports.
+        registry: the session's registry.
+        allocator: ``"pool"`` or ``"naive"`` (the session's).
+        outer_dims / outer_dtypes: dims and dtypes of the outer values it reads.
+        outer_constants: outer values that are constants of the enclosing graph.
     """
 
-    def __init__(self, graph: Graph, opsets: Mapping[str, int], plan_cache_size: int = 16):
+    opaque_to_tracing = True
+
+    def __init__(self, graph: Graph, opsets: Mapping[str, int], registry: Registry, allocator: str = "pool",
+                 outer_dims: Optional[dict] = None, outer_dtypes: Optional[dict] = None,
+                 outer_constants: Optional[dict] = None, validate: bool = False, plan_cache_size: int = 16):
         self.graph = graph
+        self.registry = registry
         self.outer = tuple(sorted(graph.outer_names()))
-        self.registry = get_registry()
-        self.prepared = prepare_graph(graph, self.registry, dict(opsets), outer=self.outer)
-        self.input_names = [v.name for v in graph.inputs] + list(self.outer)
+        constants = {k: v for k, v in (outer_constants or {}).items() if k in self.outer}
+        self.prepared = pg = prepare_graph(graph, registry, dict(opsets), outer=self.outer, outer_constants=constants)
+        fold_constants(pg, registry)
+        taken = set(pg.names)
+        dims, dtypes = {}, {}
+        for vi in graph.inputs:
+            dims[pg.slot[vi.name]] = input_dim_exprs(vi, taken)
+            dtypes[pg.slot[vi.name]] = vi.dtype
+        self.formal_names = [vi.name for vi in graph.inputs]
+        self.outer_inputs = [n for n in self.outer if n not in constants]
+        for name in self.outer_inputs:
+            dims[pg.slot[name]] = (outer_dims or {}).get(name)
+            dtypes[pg.slot[name]] = (outer_dtypes or {}).get(name)
+        self.input_names = self.formal_names + self.outer_inputs
         self.output_names = [v.name for v in graph.outputs]
-        self._plans: "OrderedDict[tuple, object]" = OrderedDict()
-        self._cache_size = plan_cache_size
+        self._all_outputs = list(range(len(pg.output_slots)))
+        self.engine = Engine(pg, registry, dims, dtypes, self.input_names, allocator, validate=validate,
+                             plan_cache_size=plan_cache_size, name=f"body-{graph.name or 'subgraph'}")
+
+    @property
+    def program(self):
+        return self.engine.program
+
+    def _arrays(self, feeds: Mapping[str, np.ndarray]) -> tuple[list, tuple]:
+        arrays, key = [], []
+        for name in self.input_names:
+            a = feeds.get(name)
+            if a is None:
+                raise KeyError(f"subgraph '{self.graph.name}' needs '{name}'")
+            if type(a) is not np.ndarray:
+                a = np.asarray(a)
+            arrays.append(a)
+            key.append(a.shape)
+            key.append(a.dtype)
+        return arrays, tuple(key)
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         """Outputs of the subgraph, in its output order, as arrays the caller owns."""
-        pg = self.prepared
-        slot_feeds = {}
-        key = []
-        for name in self.input_names:
-            arr = feeds.get(name)
-            if arr is None:
-                raise KeyError(f"subgraph '{self.graph.name}' needs '{name}'")
-            arr = arr if isinstance(arr, np.ndarray) else np.asarray(arr)
-            s = pg.slot[name]
-            slot_feeds[s] = arr
-            key.append((arr.shape, arr.dtype.str))
-            if s in pg.value_inputs:
-                key.append(arr.tobytes())
-        key_t = tuple(key)
-        plan = self._plans.get(key_t)
-        if plan is None:
-            res = resolve(pg, self.registry, {s: tuple(a.shape) for s, a in slot_feeds.items()},
-                          {s: a.dtype for s, a in slot_feeds.items()},
-                          {s: a for s, a in slot_feeds.items() if s in pg.value_inputs}, runtime=self)
-            plan = build_plan(pg, res, "naive")
-            self._plans[key_t] = plan
-            if len(self._plans) > self._cache_size:
-                self._plans.popitem(last=False)
-        vals, fresh = execute(pg, plan, self.registry, slot_feeds, runtime=self)
-        out = []
-        for s in pg.output_slots:
-            v = vals[s]
-            out.append(v if id(v) in fresh else np.array(v, copy=True))
-        return out
+        arrays, key = self._arrays(feeds)
+        return self.engine.run(key, arrays, self._all_outputs)
 
     def run_list(self, inputs: Sequence[np.ndarray], outer: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         """Formal inputs positionally, outer-scope values by name."""
-        feeds = dict(zip((v.name for v in self.graph.inputs), inputs))
-        feeds.update({k: outer[k] for k in self.outer})
+        feeds = dict(zip(self.formal_names, inputs))
+        for name in self.outer_inputs:
+            feeds[name] = outer[name]
         return self.run(feeds)
+
+    def infer_outputs(self, inputs: Sequence[np.ndarray], outer: Mapping[str, np.ndarray]) -> list:
+        """(shape, dtype) of each output for these inputs without running (a shape is None
+        where it depends on data), for loops that run the body zero times."""
+        feeds = dict(zip(self.formal_names, inputs))
+        for name in self.outer_inputs:
+            feeds[name] = outer[name]
+        arrays, key = self._arrays(feeds)
+        try:
+            plan = self.engine.plan(key, arrays)
+        except Exception:  # noqa: BLE001 - a body that cannot be planned for these shapes
+            return [(None, None)] * len(self.output_names)
+        program = plan.program
+        return [(plan.shape_of(s), program.sg.dtypes[s]) for s in program.pg.output_slots]

@@ -11,10 +11,13 @@ SymbolicShapeInfProposal.md), which gives up with a fresh symbol on any arithmet
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable, Mapping, Union
+import threading
+from contextlib import contextmanager
+from typing import Callable, Iterable, Iterator, Mapping, Union
 
 __all__ = ["Expr", "Dim", "sym", "is_known", "is_nonneg", "evaluate", "dim_max", "dim_min", "dim_broadcast",
-           "BroadcastError", "dim_str", "free_symbols", "to_code", "CODE_NAMESPACE", "provably_unequal"]
+           "BroadcastError", "dim_str", "free_symbols", "to_code", "CODE_NAMESPACE", "provably_unequal",
+           "strict_comparisons", "UndecidedComparison"]
 
 Dim = Union[int, "Expr"]
 
@@ -110,7 +113,12 @@ class Expr:
     # comparison: structural (provable) equality only ---------------------
     def __eq__(self, other):
         if isinstance(other, Expr):
-            return self._key == other._key
+            if self._key == other._key:
+                return True
+        elif not isinstance(other, int):
+            return False
+        if _strict.on:
+            raise UndecidedComparison(f"comparing symbolic dim {self} with {other} needs their values")
         return False
 
     def __ne__(self, other):
@@ -493,3 +501,32 @@ def _atom_code(atom, var) -> str:
     if atom[0] == "mod":
         return f"({args[0]} % {args[1]})"
     return f"{_CODE_FUNCTIONS[atom[0]]}({', '.join(args)})"
+
+
+# strict comparisons ----------------------------------------------------------------------
+
+class UndecidedComparison(TypeError):
+    """A comparison of a symbolic dim whose answer depends on the symbols' values."""
+
+
+class _Strict(threading.local):
+    on = False
+
+
+_strict = _Strict()
+
+
+@contextmanager
+def strict_comparisons() -> Iterator[None]:
+    """Within the block, ``==``/``!=`` between an Expr and anything it is not structurally
+    equal to raises :class:`UndecidedComparison` instead of answering False (thread-local).
+
+    Used when kernel preparation is traced with symbolic shapes: code that decides
+    something from a dim's value must run again with concrete shapes.
+    """
+    previous = _strict.on
+    _strict.on = True
+    try:
+        yield
+    finally:
+        _strict.on = previous

@@ -1,14 +1,24 @@
-"""Symbolic shape inference at session creation, and plans instantiated from it.
+"""Symbolic shape inference at session creation: one walk over the graph with symbolic
+input dims.
 
-Every tensor gets a dtype and a shape whose dims are ints or expressions over the input
-symbols (``batch``, ``sequence*2``, ``(h - 1)//2 + 1``); shape tensors get symbolic
-*values* (ONNX's partial data propagation, through each OpDef's ``propagate_value``).
-A dim that truly depends on data gets a fresh ``unk__N`` symbol and its tensor is marked
-data-dependent. Source: docs/SEEDS.md §6 (ONNX symbolic shape inference proposal), which
-this extends with symbolic expressions.
+Every tensor gets a dtype and a shape whose dims are ints or expressions over the symbols
+(``batch``, ``sequence*2``, ``(h - 1)//2 + 1``); shape tensors get symbolic *values*
+(ONNX's partial data propagation, through each OpDef's ``propagate_value``). Each node
+gets a status:
 
-When every node is resolved this way, a new input signature is planned by evaluating one
-generated function of the symbol values instead of re-running each op's inference.
+* ``FOLDED``: its output values are known from the symbols alone (shape arithmetic); they
+  are computed by the program's generated code, the node never runs;
+* ``PLAN``: its outputs depend only on shapes and constants (position ids, causal masks):
+  it runs once per signature, when the plan is made;
+* ``STEP``: its outputs depend on feed data and its shapes are symbolic: it runs every run
+  into planned buffers;
+* ``BINDING``: its output shapes depend on data (NonZero, If, TopK with a data k, a node
+  whose inference failed): it is inferred and run when reached, then the fresh symbols of
+  its outputs are bound from what it produced and the rest of the program continues with
+  its symbolic plan.
+
+Source: docs/SEEDS.md §6 (ONNX symbolic shape inference proposal), which this extends
+with symbolic expressions and binding points.
 """
 from __future__ import annotations
 
@@ -19,39 +29,39 @@ from typing import Optional
 import numpy as np
 
 from .graph import PreparedGraph
-from .inference import (
-    DYNAMIC,
-    FOLD_LIMIT,
-    FOLDED,
-    STEP,
-    Resolution,
-    _has_subgraph,
-    _infer,
-    constant_state,
-    kernel_for,
-    run_node_now,
-)
-from .model import input_dim_exprs
-from .records import InferContext
+from .node import NodeServices, choose_kernel, fold, infer, make_context
 from .registry import Registry
-from .symbolic import CODE_NAMESPACE, Expr, dim_str, free_symbols, sym, to_code
+from .symbolic import Expr, dim_str, free_symbols, sym
 
-__all__ = ["SymbolicGraph", "infer_symbolic"]
+__all__ = ["FOLDED", "PLAN", "STEP", "BINDING", "SymbolicGraph", "infer_symbolic"]
+
+FOLDED, PLAN, STEP, BINDING = "folded", "plan", "step", "binding"
 
 
 @dataclass
 class SymbolicGraph:
-    """The import-time view of every tensor: symbolic shape, dtype, symbolic value."""
+    """The import-time view of every tensor and node.
 
-    shapes: list                       # slot -> tuple of dims, or None (rank unknown)
-    dtypes: list                       # slot -> np.dtype or None
-    values: list                       # slot -> ndarray (int or object of dims) or None
-    status: list                       # node index -> FOLDED / STEP / DYNAMIC
-    kernels: list                      # node index -> KernelDef or None
-    input_symbols: dict                # symbol -> (input slot, axis) where it is first bound
+    ``shapes[slot]`` is a tuple of dims or None (rank unknown); ``values[slot]`` a host
+    value (int array, or object array of dims) or None. Per node: ``status``, ``kernels``,
+    ``contexts`` (the symbolic InferContext with its outputs), ``guards`` (conditions its
+    symbolic rule relies on, from ``ctx.assume``). ``input_symbols`` maps each input symbol
+    to the first ``(input slot, axis)`` that binds it; ``binds[node]`` lists the
+    ``(output slot, axis, symbol)`` a BINDING node's run binds.
+    """
+
+    shapes: list
+    dtypes: list
+    values: list
+    status: list = field(default_factory=list)
+    kernels: list = field(default_factory=list)
+    contexts: list = field(default_factory=list)
+    guards: dict = field(default_factory=dict)
+    input_symbols: dict = field(default_factory=dict)
     fresh_symbols: set = field(default_factory=set)
+    bound_symbols: set = field(default_factory=set)   # fresh symbols a BINDING node's run binds
+    binds: dict = field(default_factory=dict)
     failures: dict = field(default_factory=dict)   # node index -> why inference gave up
-    _compiled: Optional[object] = None
 
     def is_data_dependent(self, slot: int) -> bool:
         s = self.shapes[slot]
@@ -59,93 +69,12 @@ class SymbolicGraph:
 
     @property
     def fully_resolved(self) -> bool:
-        """True when no node is data-dependent: plans can be instantiated symbolically."""
-        return DYNAMIC not in self.status
+        """True when no node is a binding point: one plan covers the whole graph."""
+        return BINDING not in self.status
 
     def display_shape(self, slot: int):
         s = self.shapes[slot]
         return None if s is None else [d if isinstance(d, int) else dim_str(d) for d in s]
-
-    # plan instantiation -----------------------------------------------------------
-    def instantiate(self, pg: PreparedGraph, input_shapes: dict) -> Optional[Resolution]:
-        """A Resolution for concrete input shapes by evaluating the symbolic shapes, or None
-        when that is not possible (data-dependent graph, a dim that would be negative)."""
-        if not self.fully_resolved:
-            return None
-        if self._compiled is None:
-            self._compiled = _compile(self, pg)
-        binder, shape_fn, value_fn = self._compiled  # type: ignore[misc]
-        env = binder(input_shapes)
-        try:
-            shapes = shape_fn(*env)
-            folded = value_fn(*env)
-        except (ZeroDivisionError, ValueError, TypeError):
-            return None
-        for s in shapes:
-            if s is not None and any(d < 0 for d in s):
-                return None
-        values = list(self.values)
-        for slot, v in folded:
-            values[slot] = v
-            shapes[slot] = v.shape
-        for slot, s in input_shapes.items():
-            shapes[slot] = s
-        for slot, arr in pg.constants.items():
-            shapes[slot] = arr.shape
-        contexts: list = []
-        for idx, pn in enumerate(pg.nodes):
-            if self.status[idx] != STEP and not pn.opdef.value_inputs:
-                contexts.append(None)
-                continue
-            ins = pn.all_inputs
-            ctx = InferContext(pn.node, pn.opset, [shapes[i] if i >= 0 else None for i in ins],
-                               [self.dtypes[i] if i >= 0 else None for i in ins],
-                               [values[i] if i >= 0 else None for i in ins])
-            planned = [shapes[o] if o >= 0 else None for o in pn.outputs]
-            if pn.opdef.value_inputs:
-                # the symbolic shape assumed things of the values it read (a Reshape target
-                # entry is not 0, ...): check them with the real values; raises on a broken rule
-                _infer(pn, ctx)
-                if [tuple(x) if x is not None else None for x in ctx.output_shapes] != \
-                        [tuple(x) if x is not None else None for x in planned]:
-                    return None
-            ctx.output_shapes = planned
-            ctx.output_dtypes = [self.dtypes[o] if o >= 0 else None for o in pn.outputs]
-            contexts.append(ctx if self.status[idx] == STEP else None)
-        return Resolution(shapes, list(self.dtypes), values, list(self.status), contexts, list(self.kernels))
-
-
-def _compile(sg: SymbolicGraph, pg: PreparedGraph):
-    """Generate (binder, shapes function, folded-values function) for this graph."""
-    names = sorted(sg.input_symbols)
-    var = {n: f"s{i}" for i, n in enumerate(names)}
-
-    def binder(input_shapes: dict) -> list:
-        return [input_shapes[sg.input_symbols[n][0]][sg.input_symbols[n][1]] for n in names]
-
-    args = ", ".join(var[n] for n in names)
-    lines = [f"def shapes({args}):", "    return ["]
-    for slot, shape in enumerate(sg.shapes):
-        if shape is None or slot in pg.constants:
-            lines.append("        None,")
-        else:
-            lines.append("        (" + "".join(to_code(d, var.__getitem__) + ", " for d in shape) + "),")
-    lines.append("    ]")
-    lines.append(f"def values({args}):")
-    lines.append("    return [")
-    for idx, pn in enumerate(pg.nodes):
-        if sg.status[idx] != FOLDED:
-            continue
-        for o in pn.outputs:
-            v = sg.values[o] if o >= 0 else None
-            if v is None or v.dtype != object:
-                continue
-            items = ", ".join(to_code(x, var.__getitem__) for x in v.reshape(-1).tolist())
-            lines.append(f"        ({o}, _np.array([{items}], dtype=_dt[{o}]).reshape({tuple(v.shape)!r})),")
-    lines.append("    ]")
-    namespace: dict = {"_np": np, "_dt": {i: d for i, d in enumerate(sg.dtypes)}, **CODE_NAMESPACE}
-    exec(compile("\n".join(lines), "<dynashape-symbolic-plan>", "exec"), namespace)  # noqa: S102
-    return binder, namespace["shapes"], namespace["values"]
 
 
 def _fresh_names(taken: set[str]):
@@ -155,109 +84,134 @@ def _fresh_names(taken: set[str]):
             yield name
 
 
-def infer_symbolic(pg: PreparedGraph, registry: Registry) -> SymbolicGraph:
-    """Walk the graph once with symbolic input dims (never raises: a node whose inference
-    fails symbolically is marked DYNAMIC and resolved with concrete shapes at run time)."""
-    shapes, dtypes, values = constant_state(pg)
-    taken = {d.value for vi in pg.graph.inputs if vi.dims for d in vi.dims if isinstance(d.value, str)}
-    taken |= set(pg.names)
-    input_symbols: dict = {}
-    for vi in pg.graph.inputs:
-        s = pg.slot[vi.name]
-        dims = input_dim_exprs(vi, taken)
-        shapes[s] = dims
-        dtypes[s] = vi.dtype
-        for axis, d in enumerate(dims or ()):
-            if isinstance(d, Expr):
-                for name in free_symbols(d):
-                    input_symbols.setdefault(name, (s, axis))
+def infer_symbolic(pg: PreparedGraph, registry: Registry, input_dims: dict, input_dtypes: dict,
+                   services: Optional[NodeServices] = None, input_values: Optional[dict] = None) -> SymbolicGraph:
+    """Walk the graph once with symbolic inputs (never raises: a node whose inference fails
+    symbolically becomes a BINDING node, inferred with real values at run time).
+
+    Args:
+        input_dims: input slot -> tuple of dims (ints and symbols) or None (rank unknown).
+        input_dtypes: input slot -> numpy dtype or None.
+        input_values: input slot -> host value known at compile time (subgraph scopes).
+    """
+    shapes: list = [None] * len(pg.names)
+    dtypes: list = [None] * len(pg.names)
+    values: list = [None] * len(pg.names)
+    for s, arr in pg.constants.items():
+        shapes[s], dtypes[s], values[s] = tuple(arr.shape), arr.dtype, arr
+    taken = set(pg.names)
+    sg = SymbolicGraph(shapes, dtypes, values)
+    for s in pg.input_slots:
+        dims = input_dims.get(s)
+        shapes[s] = None if dims is None else tuple(dims)
+        dtypes[s] = input_dtypes.get(s)
+        if input_values and s in input_values:
+            values[s] = input_values[s]
+        for axis, d in enumerate(shapes[s] or ()):
+            for name in sorted(free_symbols(d)):
+                taken.add(name)
+                sg.input_symbols.setdefault(name, (s, axis))
     names = _fresh_names(taken)
-    fresh: set = set()
 
     def new_dim() -> Expr:
         name = next(names)
-        fresh.add(name)
+        sg.fresh_symbols.add(name)
         return sym(name)
 
-    sg = SymbolicGraph(shapes, dtypes, values, [], [], input_symbols, fresh)
+    known_by_signature = set(pg.constants)
     for idx, pn in enumerate(pg.nodes):
-        sg.status.append(_infer_node(sg, idx, pn, registry, new_dim))
+        status = _infer_node(sg, idx, pn, registry, services, new_dim)
+        if status == STEP and _only_signature_inputs(pn, known_by_signature):
+            status = PLAN
+        if status in (FOLDED, PLAN):
+            known_by_signature.update(o for o in pn.outputs if o >= 0)
+        if status == BINDING:
+            _fresh_binding_outputs(sg, idx, pn, new_dim)
+        sg.status.append(status)
     return sg
 
 
-def _infer_node(sg: SymbolicGraph, idx: int, pn, registry: Registry, new_dim) -> str:
+def _only_signature_inputs(pn, known: set) -> bool:
+    """Every input read for its data is a constant, a folded or a plan-time value."""
+    if not pn.opdef.deterministic or pn.implicit:
+        return False
+    skip = pn.opdef.shape_only_inputs
+    return all(i < 0 or i in known for j, i in enumerate(pn.inputs) if j not in skip)
+
+
+def _infer_node(sg: SymbolicGraph, idx: int, pn, registry: Registry, services, new_dim) -> str:
     shapes, dtypes, values = sg.shapes, sg.dtypes, sg.values
-    ins = pn.all_inputs
-    ctx = InferContext(pn.node, pn.opset, [shapes[i] if i >= 0 else None for i in ins],
-                       [dtypes[i] if i >= 0 else None for i in ins],
-                       [values[i] if i >= 0 else None for i in ins], symbolic=True, fresh=new_dim)
-    try:
-        out_dtypes = list(pn.opdef.infer_dtype(ctx))
-    except Exception as exc:  # noqa: BLE001 - recorded, resolved at run time
-        out_dtypes = [None] * len(pn.outputs)
-        sg.failures[idx] = f"dtype: {type(exc).__name__}: {exc}"
-    for o, d in zip(pn.outputs, out_dtypes):
-        if o >= 0 and d is not None:
-            dtypes[o] = np.dtype(d)
+    ctx = make_context(pn, shapes, dtypes, values, services, symbolic=True, fresh=new_dim)
+    sg.contexts.append(ctx)
     kernel = None
     try:
-        kernel = kernel_for(registry, pn, ctx)
-    except Exception as exc:  # noqa: BLE001
-        sg.failures.setdefault(idx, f"kernel: {exc}")
+        kernel = choose_kernel(registry, pn, ctx)
+    except Exception as exc:  # noqa: BLE001 - e.g. a dtype no kernel takes: reported when run
+        sg.failures[idx] = f"kernel: {exc}"
     sg.kernels.append(kernel)
-    if any(i >= 0 and shapes[i] is None for i in ins) or idx in sg.failures:
-        for o in pn.outputs:
-            if o >= 0:
-                shapes[o] = None
-        return DYNAMIC
+    if any(i >= 0 and shapes[i] is None for i in pn.all_inputs) or idx in sg.failures:
+        _set_outputs(sg, pn, [None] * len(pn.outputs), _dtypes_or_none(pn, ctx, sg, idx))
+        return BINDING
     try:
-        out_shapes = list(pn.opdef.infer_shape(ctx))
-    except Exception as exc:  # noqa: BLE001 - e.g. a rule that only concrete dims can decide
+        infer(pn, ctx)
+    except Exception as exc:  # noqa: BLE001 - a rule only concrete dims can decide
         sg.failures[idx] = f"{type(exc).__name__}: {exc}"
-        out_shapes = [None] * len(pn.outputs)
-    ctx.output_shapes = [tuple(s) if s is not None else None for s in out_shapes] + [None] * len(pn.outputs)
-    ctx.output_dtypes = [dtypes[o] if o >= 0 else None for o in pn.outputs]
-    for o, s in zip(pn.outputs, ctx.output_shapes):
-        if o >= 0:
-            shapes[o] = s
+        _set_outputs(sg, pn, [None] * len(pn.outputs), _dtypes_or_none(pn, ctx, sg, idx))
+        return BINDING
+    _set_outputs(sg, pn, ctx.output_shapes, ctx.output_dtypes)
     outs = [o for o in pn.outputs if o >= 0]
-    if any(shapes[o] is None or sg.is_data_dependent(o) for o in outs) or pn.opdef.data_dependent:
-        return DYNAMIC
-    folded = _symbolic_values(pn, ctx, values, kernel)
-    if folded is not None:
-        for o, v in zip(pn.outputs, folded):
-            if o >= 0:
-                values[o] = v
-        return FOLDED
-    return STEP
-
-
-def _symbolic_values(pn, ctx: InferContext, values, kernel) -> Optional[list]:
-    if not pn.opdef.deterministic or _has_subgraph(pn):
-        return None
-    known = all(i < 0 or values[i] is not None for i in pn.all_inputs)
-    concrete = known and all(i < 0 or values[i].dtype != object for i in pn.all_inputs)
-    shapes_int = all(s is not None and all(isinstance(d, int) for d in s) for s in ctx.output_shapes[:len(pn.outputs)])
-    if concrete and shapes_int and kernel is not None:
-        if sum(int(np.prod(s)) for s in ctx.output_shapes[:len(pn.outputs)]) > FOLD_LIMIT:
-            return None
-        try:
-            return [np.asarray(v) for v in run_node_now(pn, kernel, ctx, [values[i] if i >= 0 else None
-                                                                         for i in pn.all_inputs])]
-        except Exception:  # noqa: BLE001
-            return None
-    if pn.opdef.propagate_value is None:
-        return None
+    unbound = sg.fresh_symbols - sg.bound_symbols
+    if pn.opdef.data_dependent or any(shapes[o] is None or _mentions(shapes[o], unbound) for o in outs):
+        return BINDING
     try:
-        vals = pn.opdef.propagate_value(ctx)
-    except Exception:  # noqa: BLE001
-        return None
-    if vals is None or any(v is None for v in vals):
-        return None
-    out = []
-    for v in vals:
-        v = np.asarray(v)
-        if v.dtype == object and all(isinstance(x, int) for x in v.reshape(-1).tolist()):
-            v = v.astype(np.int64)
-        out.append(v)
-    return out
+        folded = fold(pn, kernel, ctx, values)
+    except Exception:  # noqa: BLE001 - the kernel fails on these values: it does so when run
+        folded = None
+    if ctx.guards:
+        sg.guards[idx] = list(ctx.guards)
+    if folded is None or any(v.dtype == object and _mentions(v.reshape(-1).tolist(), unbound) for v in folded):
+        return STEP
+    for o, v in zip(pn.outputs, folded):
+        if o >= 0:
+            values[o] = v
+    return FOLDED
+
+
+def _mentions(dims, symbols: set) -> bool:
+    return bool(symbols) and any(free_symbols(d) & symbols for d in dims)
+
+
+def _dtypes_or_none(pn, ctx, sg: SymbolicGraph, idx: int) -> list:
+    try:
+        return [np.dtype(d) if d is not None else None for d in pn.opdef.infer_dtype(ctx)]
+    except Exception as exc:  # noqa: BLE001
+        sg.failures.setdefault(idx, f"dtype: {type(exc).__name__}: {exc}")
+        return [None] * len(pn.outputs)
+
+
+def _set_outputs(sg: SymbolicGraph, pn, shapes: list, dtypes: list) -> None:
+    for k, o in enumerate(pn.outputs):
+        if o < 0:
+            continue
+        sg.shapes[o] = shapes[k] if k < len(shapes) else None
+        sg.dtypes[o] = dtypes[k] if k < len(dtypes) else None
+
+
+def _fresh_binding_outputs(sg: SymbolicGraph, idx: int, pn, new_dim) -> None:
+    """Give every non-int dim of a binding node's outputs a fresh symbol of its own, bound
+    from the arrays the node produces (int dims stay: the run checks them)."""
+    binds = []
+    for o in pn.outputs:
+        if o < 0 or sg.shapes[o] is None:
+            continue
+        dims = []
+        for axis, d in enumerate(sg.shapes[o]):
+            if not isinstance(d, int):
+                d = new_dim()
+                name = next(iter(d.symbols()))
+                sg.bound_symbols.add(name)
+                binds.append((o, axis, name))
+            dims.append(d)
+        sg.shapes[o] = tuple(dims)
+        sg.values[o] = None
+    sg.binds[idx] = binds

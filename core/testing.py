@@ -2,6 +2,10 @@
 
     from dynashape.testing import run_node
     (y,) = run_node("Add", [a, b], opset=14)
+
+Both functions go through the engine's own node contract (:mod:`dynashape.node`): the
+schema resolved like a model's node, the context built, inferred and run as a
+data-dependent step of a session is.
 """
 from __future__ import annotations
 
@@ -9,44 +13,40 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from .graph import PreparedNode
 from .model import Node
-from .records import InferContext
+from .node import NodeServices, context_of_arrays, infer, run_dynamic
 from .registry import get_registry
 
 __all__ = ["run_node", "infer_node"]
 
 
-def _context(op_type, inputs, attrs, opset, domain, n_outputs, values_known=True) -> InferContext:
+def _prepared_node(op_type, inputs, attrs, opset, domain, n_outputs) -> PreparedNode:
     names = tuple("" if x is None else f"in{i}" for i, x in enumerate(inputs))
     node = Node(f"{op_type}_test", op_type, domain, names, tuple(f"out{i}" for i in range(n_outputs)),
                 dict(attrs or {}))
-    arrays = [None if x is None else np.asarray(x) for x in inputs]
-    return InferContext(node, opset,
-                        [None if a is None else tuple(a.shape) for a in arrays],
-                        [None if a is None else a.dtype for a in arrays],
-                        arrays if values_known else [None] * len(arrays))
+    opdef = get_registry().resolve_op(domain, op_type, opset, node.name)
+    return PreparedNode(node, opdef, opset, tuple(i if x is not None else -1 for i, x in enumerate(inputs)),
+                        tuple(range(len(inputs), len(inputs) + n_outputs)))
+
+
+def _arrays(inputs) -> list:
+    return [None if x is None else np.asarray(x) for x in inputs]
 
 
 def infer_node(op_type: str, inputs: Sequence[Optional[np.ndarray]], attrs: Optional[dict] = None, *,
                opset: int = 21, domain: str = "", n_outputs: int = 1):
     """(output shapes, output dtypes) the registered OpDef infers for concrete inputs."""
-    ctx = _context(op_type, inputs, attrs, opset, domain, n_outputs)
-    op = get_registry().resolve_op(domain, op_type, opset)
-    return list(op.infer_shape(ctx)), list(op.infer_dtype(ctx))
+    pn = _prepared_node(op_type, inputs, attrs, opset, domain, n_outputs)
+    registry = get_registry()
+    ctx = context_of_arrays(pn, _arrays(inputs), NodeServices({domain: opset}, registry))
+    infer(pn, ctx)
+    return list(ctx.output_shapes), list(ctx.output_dtypes)
 
 
 def run_node(op_type: str, inputs: Sequence[Optional[np.ndarray]], attrs: Optional[dict] = None, *,
              opset: int = 21, domain: str = "", n_outputs: int = 1) -> list[Any]:
     """Infer, allocate and run one node through the registry; returns its outputs."""
-    reg = get_registry()
-    ctx = _context(op_type, inputs, attrs, opset, domain, n_outputs)
-    op = reg.resolve_op(domain, op_type, opset)
-    ctx.output_shapes = list(op.infer_shape(ctx))
-    ctx.output_dtypes = list(op.infer_dtype(ctx))
-    first = next((x for x in ctx.input_dtypes if x is not None), None)
-    kernel = reg.resolve_kernel(domain, op_type, opset, ctx.dtype(0) or first)
-    outs = [np.empty(s, dtype=d) if s is not None and all(isinstance(v, int) for v in s) else None
-            for s, d in zip(ctx.output_shapes, ctx.output_dtypes)]
-    prepared = kernel.prepare(ctx) if kernel.prepare else ctx
-    res = kernel.compute([None if x is None else np.asarray(x) for x in inputs], outs, prepared)
-    return list(res) if res is not None else outs
+    pn = _prepared_node(op_type, inputs, attrs, opset, domain, n_outputs)
+    registry = get_registry()
+    return run_dynamic(pn, registry, _arrays(inputs), NodeServices({domain: opset}, registry))

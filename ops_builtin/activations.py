@@ -215,11 +215,8 @@ def _prelu_shape(ctx):
 
 
 def _prelu_prepare(ctx):
-    """Shape to reshape slope to: before opset 7 a 1-D slope of C values is per channel.
-    From opset 7 the slope is checked against X's concrete shape (once per plan)."""
+    """Shape to reshape slope to: before opset 7 a 1-D slope of C values is per channel."""
     x, slope = ctx.shape(0), ctx.shape(1)
-    if ctx.opset >= 7:  # a symbolic plan could not judge slope [s] against X's dims at import
-        check_unidirectional(ctx, slope, x, "slope")
     if ctx.opset < 7 and len(slope) == 1 and len(x) >= 2 and slope[0] == x[1] and slope[0] != 1:
         return (slope[0],) + (1,) * (len(x) - 2)
     return None

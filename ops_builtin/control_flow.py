@@ -1,11 +1,11 @@
 """Control flow: If, Loop and Scan (all ONNX versions; tensor-typed values only).
 
-Each subgraph attribute (``then_branch``/``else_branch``/``body``) runs through a
-:class:`dynashape.subgraph.SubgraphRunner`, made once per subgraph and opset set and
-kept on the :class:`~dynashape.model.Graph` object, so its plan cache lives as long as
-the model. The outer-scope values a node's subgraphs read arrive appended to the
-kernel's ``inputs``, in the order of the sorted union of the subgraphs' outer names
-(``PreparedNode.implicit``); the kernels hand them to the runners by name.
+Each subgraph attribute (``then_branch``/``else_branch``/``body``) runs through the runner
+the engine compiled for it (``ctx.services.subgraph(graph)``: a program of its own, made
+once with the session's registry, plans cached per signature). The outer-scope values a
+node's subgraphs read arrive appended to the kernel's ``inputs``, in the order of the
+sorted union of the subgraphs' outer names (``PreparedNode.implicit``); the kernels hand
+them to the runners by name.
 
 If and Loop are data-dependent (the branch taken and the trip count depend on input
 values), and so is Scan (its body may be): the core infers and runs them when they are
@@ -15,10 +15,10 @@ fix.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import numpy as np
-from dynashape.errors import DynashapeError, ExecutionError
+from dynashape.errors import ExecutionError
 from dynashape.model import FIXED, Graph, ValueInfo
 from dynashape.records import InferContext, OpLibrary
 from dynashape.shapes import normalize_axis, numel
@@ -35,26 +35,11 @@ _RUNNERS_ATTR = "_dynashape_subgraph_runners"
 
 # subgraph runners ------------------------------------------------------------------
 
-def _opsets(ctx: InferContext) -> dict:
-    """The opset imports of the model the node belongs to (for its subgraphs)."""
-    rt = ctx.runtime
-    for holder in (getattr(rt, "prepared", None), getattr(rt, "graph", None), getattr(rt, "model", None)):
-        opsets = getattr(holder, "opsets", None)
-        if isinstance(opsets, Mapping):
-            return dict(opsets)
-    return {"": ctx.opset}
-
-
-def _runner(graph: Graph, opsets: Mapping[str, int]):
-    """The cached SubgraphRunner of ``graph`` for these opsets (made on first use)."""
-    from dynashape.subgraph import SubgraphRunner  # the core imports the op families
-
-    cache = graph.__dict__.setdefault(_RUNNERS_ATTR, {})
-    key = tuple(sorted(opsets.items()))
-    runner = cache.get(key)
-    if runner is None:
-        runner = cache[key] = SubgraphRunner(graph, opsets)
-    return runner
+def _runner(ctx: InferContext, graph: Graph):
+    """The compiled runner of one of the node's subgraphs."""
+    if ctx.services is None:
+        ctx.fail("running a subgraph needs the engine's services", kind="MissingServices")
+    return ctx.services.subgraph(graph)
 
 
 def _graph_attr(ctx: InferContext, name: str) -> Graph:
@@ -109,28 +94,6 @@ def _scalar_flag(ctx: InferContext, i: int, what: str) -> None:
 
 def _first(a: np.ndarray):
     return np.asarray(a).reshape(-1)[0]
-
-
-def _resolved_outputs(runner, feeds: Mapping[str, np.ndarray]) -> list:
-    """(shape, dtype) of each subgraph output for these feeds, from shape inference only.
-
-    A shape is None where the subgraph cannot tell it without running (data-dependent).
-    """
-    from dynashape.inference import resolve
-
-    pg = runner.prepared
-    shapes, dtypes, values = {}, {}, {}
-    for name in runner.input_names:
-        a = np.asarray(feeds[name])
-        s = pg.slot[name]
-        shapes[s], dtypes[s] = tuple(a.shape), a.dtype
-        if s in pg.value_inputs:
-            values[s] = a
-    try:
-        res = resolve(pg, runner.registry, shapes, dtypes, values, runtime=runner)
-    except DynashapeError:
-        return [(None, None)] * len(pg.output_slots)
-    return [(res.shapes[s], res.dtypes[s]) for s in pg.output_slots]
 
 
 def _empty_stack(vi: ValueInfo, resolved: tuple, prefix: tuple) -> np.ndarray:
@@ -207,9 +170,8 @@ lib.op("If", IF_VERSIONS, infer_dtype=_if_dtype, data_dependent=True)(_if_shape)
 
 
 def _if_prepare(ctx: InferContext):
-    opsets = _opsets(ctx)
     then_g, else_g = _if_branches(ctx)
-    return ctx.node, _runner(then_g, opsets), _runner(else_g, opsets)
+    return ctx.node, _runner(ctx, then_g), _runner(ctx, else_g)
 
 
 @lib.kernel("If", prepare=_if_prepare)
@@ -281,7 +243,7 @@ lib.op("Loop", LOOP_VERSIONS, infer_dtype=_loop_dtype, data_dependent=True)(_loo
 
 def _loop_prepare(ctx: InferContext):
     body, n_carried, n_scan = _loop_body(ctx)
-    runner = _runner(body, _opsets(ctx))
+    runner = _runner(ctx, body)
     ranks = [vi.rank or 0 for vi in body.inputs[:2]]
     return ctx.node, runner, n_carried, n_scan, ranks[0], ranks[1]
 
@@ -324,9 +286,7 @@ def _zero_trip_scans(runner, inputs, outer, n_carried, n_scan, iter_rank, cond_r
     if n_scan == 0:
         return []
     formal = [np.zeros((1,) * iter_rank, np.int64), np.ones((1,) * cond_rank, np.bool_)]
-    feeds = dict(zip((v.name for v in runner.graph.inputs), formal + list(inputs[2:2 + n_carried])))
-    feeds.update(outer)
-    resolved = _resolved_outputs(runner, feeds)
+    resolved = runner.infer_outputs(formal + list(inputs[2:2 + n_carried]), outer)
     outs = runner.graph.outputs
     return [_empty_stack(outs[1 + n_carried + k], resolved[1 + n_carried + k], (0,)) for k in range(n_scan)]
 
@@ -450,7 +410,7 @@ lib.op("Scan", SCAN8_VERSIONS + SCAN_VERSIONS, infer_dtype=_scan_dtype, data_dep
 
 def _scan_prepare(ctx: InferContext):
     lay = _scan_layout(ctx)
-    lay["runner"] = _runner(lay["body"], _opsets(ctx))
+    lay["runner"] = _runner(ctx, lay["body"])
     lay["node"] = ctx.node
     return lay
 
@@ -473,9 +433,7 @@ def _scan_run(lay: dict, states: list, scans: list, length: int, outer: dict) ->
     if length == 0:
         states = [_owned(s) for s in states]
         slices = [np.zeros(x.shape[:ax] + x.shape[ax + 1:], x.dtype) for x, ax in zip(scans, in_axes)]
-        feeds = dict(zip((v.name for v in runner.graph.inputs), states + slices))
-        feeds.update(outer)
-        resolved = _resolved_outputs(runner, feeds)
+        resolved = runner.infer_outputs(states + slices, outer)
         outs = runner.graph.outputs
         stacked = []
         for j in range(k):

@@ -60,10 +60,6 @@ def _matmul_infer(ctx):
 
 
 def _matmul_prepare(ctx):
-    a, b = ctx.shape(0), ctx.shape(1)
-    # K is not in the output: a symbolic plan with A [.., K1], B [K2, ..] cannot judge it
-    check_dims_equal(ctx, a[-1], b[-2] if len(b) > 1 else b[0],
-                     "inner dims (A's last, B's second to last) must match")
     return _work_dtype(ctx.dtype(0))
 
 
@@ -110,7 +106,7 @@ def _gemm_infer(ctx):
 
 def _check_gemm_c(ctx, c, target) -> None:
     """C must broadcast unidirectionally to (M, N): rank <= 2, each dim 1 or equal to the
-    target's (ONNX Broadcasting.md). Symbolic dims are judged again in ``_gemm_prepare``."""
+    target's (ONNX Broadcasting.md); symbolic dims are checked for every signature."""
     if c is None:
         return
     if len(c) > 2:
@@ -127,8 +123,6 @@ class _GemmPlan(NamedTuple):
 
 
 def _gemm_prepare(ctx):
-    # neither K nor C's dims are in the output: a symbolic plan cannot judge them
-    _gemm_infer(ctx)
     dt = np.dtype(ctx.dtype(0))
     alpha, beta = float(ctx.attr("alpha", 1.0)), float(ctx.attr("beta", 1.0))
     work = _work_dtype(dt)
@@ -276,15 +270,14 @@ def _merge_label(ctx, label: str, a, b):
         return a
     if isinstance(a, int) and isinstance(b, int) and a != 1 and b != 1:
         ctx.fail(f"label '{label}' has sizes {a} and {b}", kind="DimMismatch")
-    return broadcast_dim(ctx, a, b)
+    merged = broadcast_dim(ctx, a, b)
+    ctx.assume(merged, ">=", 0)  # evaluated for every signature, also when the label is summed away
+    return merged
 
 
 def _einsum_prepare(ctx):
     shapes = [ctx.shape(i) for i in range(ctx.num_inputs)]
     spec = _parse_einsum(ctx, ctx.attr("equation"), shapes)
-    # a symbolic plan only evaluates the dims that reach the output: judge the sizes of the
-    # summed labels (and everything else) on the concrete shapes
-    _einsum_dims(ctx, spec, shapes)
     work = _work_dtype(ctx.dtype(0))
     dummies = [np.broadcast_to(np.zeros((), dtype=work or ctx.dtype(0)), s) for s in shapes]
     path = np.einsum_path(spec.equation, *dummies, optimize="greedy")[0] if len(shapes) > 1 else False

@@ -182,6 +182,9 @@ def _reshape_target(ctx, in_shape, requested: list, allowzero: bool):
     has_zero = False
     for i, v in enumerate(requested):
         if isinstance(v, Expr):
+            # a symbolic entry is taken literally: it must not be -1 (infer) or, without
+            # allowzero, 0 (copy the input dim)
+            ctx.assume(v, ">=" if allowzero else ">", 0)
             out.append(v)
         elif v == -1:
             minus_one.append(i)
@@ -209,20 +212,17 @@ def _reshape_target(ctx, in_shape, requested: list, allowzero: bool):
     total = numel(in_shape)
     if minus_one:
         known = numel(d for d in out if d is not None)
-        if known == 0:
+        if not ctx.assume(known, "!=", 0):
             ctx.fail(f"cannot infer the -1 dim of shape {requested}: the other dims have 0 elements "
                      f"and the input has {total}", kind="ReshapeCannotInferMinusOne")
-        rem = total % known
-        if isinstance(rem, int) and rem != 0:
+        if not ctx.assume(total % known, "==", 0):
             ctx.fail(f"cannot infer the -1 dim of shape {requested}: input element count {total} is not "
                      f"a multiple of {known}", kind="ReshapeElementCountMismatch")
         out[minus_one[0]] = total // known
-    else:
-        diff = numel(out) - total
-        if isinstance(diff, int) and diff != 0:
-            ctx.fail(f"element count mismatch: input has {total} elements, shape {requested} "
-                     f"(resolved {tuple(out)}) has {numel(out)}; the size must be equal",
-                     kind="ReshapeElementCountMismatch")
+    elif not ctx.assume(numel(out), "==", total):
+        ctx.fail(f"element count mismatch: input has {total} elements, shape {requested} "
+                 f"(resolved {tuple(out)}) has {numel(out)}; the size must be equal",
+                 kind="ReshapeElementCountMismatch")
     return tuple(out)
 
 

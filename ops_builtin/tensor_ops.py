@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from dynashape.dtypes import is_float
 from dynashape.errors import ShapeInferenceError
-from dynashape.records import OpLibrary, fixed_dtype, same_dtype
+from dynashape.records import InferContext, OpLibrary, fixed_dtype, same_dtype
 from dynashape.shapes import broadcast_shapes, dim_max, dim_min, normalize_axes, normalize_axis, value_list
 from dynashape.symbolic import Expr
 
@@ -438,9 +438,10 @@ def _slice_prepare(ctx):
 def _slice(inputs, outputs, prepared):
     """Slice: copy the selected region into the output."""
     index, ctx = prepared
-    if index is None:  # bound values only known now
-        ctx.input_values = list(inputs)
-        index = _slice_index(inputs[0].shape, _slice_spec(ctx, inputs[0].ndim))
+    if index is None:  # bound values only known now: a context of this run's arrays
+        live = InferContext(ctx.node, ctx.opset, [None if a is None else a.shape for a in inputs],
+                            [None if a is None else a.dtype for a in inputs], list(inputs), services=ctx.services)
+        index = _slice_index(inputs[0].shape, _slice_spec(live, inputs[0].ndim))
     if outputs[0] is None:
         return [inputs[0][index].copy()]
     np.copyto(outputs[0], inputs[0][index])

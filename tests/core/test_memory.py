@@ -7,8 +7,9 @@ from __future__ import annotations
 import dynashape
 import numpy as np
 import pytest
-from dynashape import executor
-from dynashape.executor import execute
+from dynashape import plan as plan_module
+from dynashape import program as program_module
+from dynashape.program import NONE
 from dynashape.planner import (
     INPLACE,
     OWN,
@@ -43,15 +44,20 @@ def _init(name, array):
 
 def _run_values(sess, feeds):
     """The plan and every tensor's array (by name) of one run, intermediates included."""
-    plan = sess.plan(feeds)
-    vals, _ = execute(sess.graph, plan, sess.registry, {sess.graph.slot[k]: v for k, v in feeds.items()},
-                      runtime=sess)
-    return plan, {n: vals[s] for n, s in sess.graph.slot.items()}
+    sess.run(None, feeds)
+    vals = sess.engine.last_context.last_values
+    return sess.plan(feeds), {n: vals[s] for n, s in sess.graph.slot.items()}
 
 
 def _where(sess, plan):
-    """name -> (block id, kind) of every arena-planned tensor."""
-    return {sess.graph.names[s]: (b.id, k) for b in plan.memory.blocks for s, k in zip(b.slots, b.kinds)}
+    """name -> (block id, kind) of every arena-planned tensor, in this plan and the plans of
+    the segments after its binding nodes."""
+    plans, out = [plan], {}
+    while plans:
+        p = plans.pop()
+        out.update({sess.graph.names[s]: (b.id, k) for b in p.memory.blocks for s, k in zip(b.slots, b.kinds)})
+        plans.extend(p.next.values())
+    return out
 
 
 def _x(*shape, seed=0):
@@ -92,9 +98,9 @@ def test_views_share_their_source_buffer_and_cost_no_copy():
     assert {where[n] for n in ("a", "v1", "v2", "v3", "v4", "v5")} == {(where["a"][0], OWN)} | \
         {(where["a"][0], VIEW)}
     # no buffer is made for a view: the view steps have neither a planned nor a fresh buffer
-    view_steps = [st for st in plan.steps if sess.graph.nodes[st.index].node.op_type in
+    view_steps = [st for st in plan.steps if st.node.node.op_type in
                   ("Reshape", "Flatten", "Unsqueeze", "Squeeze", "Identity")]
-    assert len(view_steps) == 5 and all(st.buffers == [None] and st.fresh == () for st in view_steps)
+    assert len(view_steps) == 5 and all([spec.kind for spec in st.outs] == [NONE] for st in view_steps)
     # the block of a lives until its last view is read (step 6: Neg of v5; step 7 reads a)
     block = next(b for b in plan.memory.blocks if b.id == where["a"][0])
     assert (block.first, block.last, block.size) == (0, 7, 4 * 16 * 4)
@@ -117,20 +123,23 @@ def test_a_view_of_a_graph_input_is_zero_copy_and_a_non_contiguous_input_is_copi
     np.testing.assert_array_equal(sess.run(None, {"x": strided})[0], np.maximum(strided.reshape(2, 32), 0))
 
 
-def test_a_graph_output_that_views_the_arena_keeps_its_block_and_is_copied_out():
+def test_a_graph_output_that_views_a_tensor_gets_that_tensor_fresh_and_uncopied():
+    # y = Reshape(a): a's buffer is made for each run (not in the arena), so y is handed out
+    # as it is, a view of this run's own memory
     shape = numpy_helper.from_array(np.array([64], np.int64), "shape")
     m = _model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Reshape", ["a", "shape"], ["y"]),
                 helper.make_node("Neg", ["x"], ["z"])], [("x", [4, 16])], [("y", [64]), ("z", [4, 16])], [shape])
-    sess = dynashape.InferenceSession(m, validate_memory=True)
-    x = _x(4, 16)
-    y, _ = sess.run(None, {"x": x})
-    plan = sess.last_plan
-    (block,) = plan.memory.blocks
-    assert block.last == len(plan.steps)          # kept to the end of the run
-    assert not np.shares_memory(y, sess.arena.buffer)
-    y2, _ = sess.run(None, {"x": -x})
-    np.testing.assert_array_equal(y, np.maximum(x, 0).reshape(64))
-    np.testing.assert_array_equal(y2, np.maximum(-x, 0).reshape(64))
+    for validate in (False, True):
+        sess = dynashape.InferenceSession(m, validate_memory=validate)
+        x = _x(4, 16)
+        y, _ = sess.run(None, {"x": x})
+        assert sess.last_plan.memory.blocks == [] and sess.arena_bytes == 0
+        a = sess.engine.last_context.last_values[sess.graph.slot["a"]]
+        assert np.shares_memory(y, a) and sess.program.output_copy == [False, False]
+        y2, _ = sess.run(None, {"x": -x})
+        assert not np.shares_memory(y, y2)
+        np.testing.assert_array_equal(y, np.maximum(x, 0).reshape(64))
+        np.testing.assert_array_equal(y2, np.maximum(-x, 0).reshape(64))
 
 
 # in place ---------------------------------------------------------------------------------
@@ -341,14 +350,17 @@ def test_arena_grows_only_when_a_plan_needs_more_and_trim_releases_it():
 def test_validation_mode_from_the_environment(monkeypatch):
     monkeypatch.setenv("DYNASHAPE_VALIDATE_MEMORY", "1")
     sess = dynashape.InferenceSession(_branchy_model())
-    assert sess.validate_memory and sess.plan({"x": _x(4, 16)}).validation is not None
+    sess.run(None, {"x": _x(4, 16)})
+    assert sess.validate_memory and sess.engine.last_context.validate and (sess.arena.buffer == 0xFF).all()
     monkeypatch.setenv("DYNASHAPE_VALIDATE_MEMORY", "0")
     sess = dynashape.InferenceSession(_branchy_model())
-    assert not sess.validate_memory and sess.plan({"x": _x(4, 16)}).validation is None
+    sess.run(None, {"x": _x(4, 16)})
+    assert not sess.validate_memory and not sess.engine.last_context.validate
+    assert not (sess.arena.buffer == 0xFF).all()
 
 
 def test_validation_catches_overlapping_offsets(monkeypatch):
-    real = executor.plan_offsets
+    real = plan_module.plan_offsets
 
     def broken(blocks):
         plan = real(blocks)
@@ -356,20 +368,20 @@ def test_validation_catches_overlapping_offsets(monkeypatch):
             b.offset = 0          # every block at offset 0: live blocks overlap
         return plan
 
-    monkeypatch.setattr(executor, "plan_offsets", broken)
+    monkeypatch.setattr(plan_module, "plan_offsets", broken)
     with pytest.raises(dynashape.MemoryPlanError, match="memory plan overlaps: 'a'.*and 'b'"):
         dynashape.InferenceSession(_branchy_model(), validate_memory=True).run(None, {"x": _x(4, 16)})
 
 
 def test_validation_catches_a_read_of_a_freed_block(monkeypatch):
-    real = executor.lifetimes
+    real = program_module.lifetimes
 
     def broken(steps, keep=(), inplace=True):
         blocks = real(steps, keep, inplace)
         blocks[0].last = blocks[0].first      # 'a' freed right after it is written
         return blocks
 
-    monkeypatch.setattr(executor, "lifetimes", broken)
+    monkeypatch.setattr(program_module, "lifetimes", broken)
     sess = dynashape.InferenceSession(_branchy_model(), validate_memory=True)
     with pytest.raises(dynashape.MemoryPlanError, match=r"step 1 \(MatMul .*reads 'a' outside the lifetime"):
         sess.run(None, {"x": _x(4, 16)})

@@ -57,11 +57,30 @@ def test_dtype_mismatch_is_a_type_error(demo):
     assert isinstance(info.value, TypeError)
 
 
-def test_one_symbol_bound_to_two_values():
-    sess = dynashape.InferenceSession(_two_input_model())
+def test_one_symbol_bound_to_two_values_is_an_error_with_strict_dim_params():
+    sess = dynashape.InferenceSession(_two_input_model(), strict_dim_params=True)
     with pytest.raises(dynashape.DimParamMismatch, match=r"dim_param 'n' is bound to 2 by input 'a' axis 0 "
                                                          r"and to 3 by input 'b' axis 0"):
         sess.run(None, {"a": np.zeros((2, 3), np.float32), "b": np.zeros((3, 3), np.float32)})
+    (y,) = sess.run(None, {"a": np.ones((2, 3), np.float32), "b": np.ones((2, 3), np.float32)})
+    np.testing.assert_array_equal(y, np.full((2, 3), 2, np.float32))
+
+
+def test_declared_dim_params_are_hints_by_default():
+    # n is declared on both inputs; a run binding it to 1 and 3 broadcasts like ONNX Runtime
+    sess = dynashape.InferenceSession(_two_input_model())
+    a, b = np.arange(3, dtype=np.float32).reshape(1, 3), np.ones((3, 3), np.float32)
+    with pytest.warns(RuntimeWarning, match=r"dim_param 'n' is bound to 1 by input 'a' axis 0 and to 3 by "
+                                            r"input 'b' axis 0; declared dim_params are hints"):
+        (y,) = sess.run(None, {"a": a, "b": b})
+    np.testing.assert_array_equal(y, a + b)
+    (y2,) = sess.run(None, {"a": np.ones((4, 3), np.float32), "b": np.ones((1, 3), np.float32)})
+    np.testing.assert_array_equal(y2, np.full((4, 3), 2, np.float32))
+    (y3,) = sess.run(None, {"a": a, "b": b})   # the same pattern: no new program, no new warning
+    np.testing.assert_array_equal(y3, a + b)
+    assert len(sess.engine.programs) == 2        # declared, and one per conflict pattern (1 vs 3, 4 vs 1)
+    with pytest.raises(dynashape.ShapeInferenceError, match="BroadcastMismatch|cannot be broadcast"):
+        sess.run(None, {"a": np.ones((2, 3), np.float32), "b": np.ones((3, 3), np.float32)})
 
 
 def test_unknown_output_name(demo):

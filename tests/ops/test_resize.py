@@ -397,10 +397,12 @@ def test_infer_concrete():
 
 def test_runtime_values_path():
     """Value inputs unknown at prepare time: the kernel plans on the fly."""
-    from dynashape.testing import _context
+    from dynashape.model import Node
+    from dynashape.records import InferContext
     scales = np.array([1, 1, 2, 1.5], np.float32)
     reg = get_registry()
-    ctx = _context("Resize", [X4, None, scales], {"mode": "linear"}, 13, "", 1, values_known=False)
+    node = Node("resize", "Resize", "", ("x", "", "scales"), ("y",), {"mode": "linear"})
+    ctx = InferContext(node, 13, [X4.shape, None, scales.shape], [X4.dtype, None, scales.dtype], [None, None, None])
     kernel = reg.resolve_kernel("", "Resize", 13, np.dtype(np.float32))
     prepared = kernel.prepare(ctx)
     (got,) = kernel.compute([X4, None, scales], [None], prepared)

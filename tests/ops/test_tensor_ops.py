@@ -693,7 +693,7 @@ def test_cumsum_dtypes_and_errors():
 
 
 def test_infer_node_dtypes():
-    shapes, dtypes = infer_node("TopK", [f32(2, 5), i64(3)])
+    shapes, dtypes = infer_node("TopK", [f32(2, 5), i64(3)], n_outputs=2)
     assert shapes == [(2, 3), (2, 3)] and dtypes == [np.float32, np.int64]
     shapes, dtypes = infer_node("OneHot", [i64(1, 2), np.array(4, np.int64), np.array([0, 1], np.int32)])
     assert shapes == [(2, 4)] and dtypes == [np.int32]

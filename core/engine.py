@@ -1,0 +1,268 @@
+"""The engine of one (sub)graph: its compiled programs, the plan cache and the execution
+contexts. :class:`~dynashape.session.InferenceSession` and the subgraph runners of
+If/Loop/Scan both run through it.
+
+Declared dim_params are hints, as in ONNX Runtime: when a signature binds one symbol to
+different values on different axes (optimum declares a decoder's ``attention_mask`` as
+``[batch_size, sequence_length]`` although it is past+new long), the conflicting axes get
+symbols of their own and a program is compiled for that pattern (once; warned once per
+symbol). ``strict_dim_params=True`` makes it a :class:`~dynashape.errors.DimParamMismatch`.
+"""
+from __future__ import annotations
+
+import threading
+import time
+import warnings
+from collections import OrderedDict
+from typing import Optional, Sequence
+
+import numpy as np
+
+from .errors import DimParamMismatch
+from .executor import ExecutionContext, RunStats, check_plan_memory
+from .graph import PreparedGraph
+from .plan import Plan, build_plan
+from .program import Program
+from .registry import Registry
+from .symbolic import free_symbols, sym
+
+__all__ = ["Engine"]
+
+
+class Engine:
+    """Runs one prepared graph for any signature.
+
+    Args:
+        pg: the prepared graph, constants folded.
+        registry: the session's registry.
+        input_dims: input slot -> declared dims (ints and plain symbols) or None.
+        input_dtypes: input slot -> numpy dtype or None.
+        input_names: the inputs' names, for messages.
+        allocator: ``"pool"`` or ``"naive"``.
+        validate: validation mode (plans checked against per-node inference, memory checks).
+        strict_dim_params: a symbol bound to two values is an error instead of a hint.
+        plan_cache_size: signatures whose plans are kept (LRU).
+    """
+
+    def __init__(self, pg: PreparedGraph, registry: Registry, input_dims: dict, input_dtypes: dict,
+                 input_names: Sequence[str], allocator: str = "pool", *, validate: bool = False,
+                 strict_dim_params: bool = False, plan_cache_size: int = 8, name: str = "model",
+                 input_values: Optional[dict] = None):
+        self.pg = pg
+        self.registry = registry
+        self.input_dims = input_dims
+        self.input_dtypes = input_dtypes
+        self.input_names = list(input_names)
+        self.allocator = allocator
+        self.validate = validate
+        self.strict_dim_params = strict_dim_params
+        self.plan_cache_size = max(1, int(plan_cache_size))
+        self.name = name
+        self.input_values = input_values
+        self._lock = threading.Lock()
+        self._plans: OrderedDict = OrderedDict()
+        self._idle: list[ExecutionContext] = []
+        self._contexts: list[ExecutionContext] = []
+        self._warned: set = set()
+        self._open = [pos for pos, slot in enumerate(pg.input_slots)
+                      if input_dims.get(slot) is None or input_dtypes.get(slot) is None]
+        self.programs: dict = {}
+        self.program = self._base_program(())
+
+    def _base_program(self, fill: tuple) -> Program:
+        """The program for the declared inputs. Inputs declared without a shape or an element
+        type get the rank (one symbol per axis) and dtype they have: ``fill`` holds them,
+        (rank or None, dtype or None) per such input; a program per pattern."""
+        program = self.programs.get(("fill", fill))
+        if program is None:
+            dims, dtypes = dict(self.input_dims), dict(self.input_dtypes)
+            for pos, (rank, dtype) in zip(self._open, fill):
+                slot = self.pg.input_slots[pos]
+                if rank is not None:
+                    dims[slot] = tuple(sym(f"unk__{self.input_names[pos]}_{axis}") for axis in range(rank))
+                if dtype is not None:
+                    dtypes[slot] = dtype
+            program = self._compile(dims, dtypes)
+            with self._lock:
+                program = self.programs.setdefault(("fill", fill), program)
+        return program
+
+    # --- contexts --------------------------------------------------------------------
+    def take_context(self) -> ExecutionContext:
+        try:
+            return self._idle.pop()
+        except IndexError:
+            ctx = ExecutionContext(self.validate)
+            with self._lock:
+                self._contexts.append(ctx)
+            return ctx
+
+    def give_context(self, ctx: ExecutionContext) -> None:
+        self._idle.append(ctx)
+
+    @property
+    def stats(self) -> RunStats:
+        total = RunStats()
+        for ctx in list(self._contexts):
+            total.add(ctx.stats)
+        return total
+
+    @property
+    def last_context(self) -> Optional[ExecutionContext]:
+        return self._idle[-1] if self._idle else (self._contexts[-1] if self._contexts else None)
+
+    # --- plans -------------------------------------------------------------------------
+    def cached_plan(self, key) -> Optional[Plan]:
+        plan = self._plans.get(key)
+        if plan is not None:
+            with self._lock:
+                if key in self._plans:
+                    self._plans.move_to_end(key)
+        return plan
+
+    def make_plan(self, key, feeds: Sequence, ctx: ExecutionContext) -> Plan:
+        """Plan a signature (of the feeds, in input order) and cache it under ``key``."""
+        t0 = time.perf_counter()
+        program, env = self._bind(feeds)
+        plan = build_plan(program, program.segments[0], dict(zip(program.segments[0].symbols, env)),
+                          validate=self.validate)
+        if self.validate:
+            check_plan_memory(plan)
+        with self._lock:
+            self._plans[key] = plan
+            while len(self._plans) > self.plan_cache_size:
+                self._plans.popitem(last=False)
+        st = ctx.stats
+        st.cache_misses += 1
+        st.planning_ms += (time.perf_counter() - t0) * 1e3
+        if plan.symbolic:
+            st.symbolic_plans += 1
+        else:
+            st.resolved_plans += 1
+        return plan
+
+    def run(self, key, feeds: Sequence, wanted: Sequence[int], plan: Optional[Plan] = None) -> list:
+        """Execute on ``feeds`` (arrays in input order) and return the graph outputs at
+        positions ``wanted``, detached: arrays this run made are handed out, anything else
+        (feeds, constants, plan values, a second reference to one array) is copied.
+        ``plan`` is the cached plan of ``key`` when the caller looked it up already."""
+        ctx = self.take_context()
+        try:
+            if plan is None:
+                plan = self.cached_plan(key)
+            if plan is None:
+                plan = self.make_plan(key, feeds, ctx)
+            else:
+                ctx.stats.cache_hits += 1
+            values = ctx.execute(plan, feeds)
+            program = plan.program
+            slots, copy = program.pg.output_slots, program.output_copy
+            out = []
+            for i in wanted:
+                a = values[slots[i]]
+                out.append(np.array(a, copy=True) if copy[i] and a is not None else a)
+            ctx.stats.runs += 1
+            return out
+        except Exception:
+            ctx.stats.failed_runs += 1
+            raise
+        finally:
+            self.give_context(ctx)
+
+    def plan(self, key, feeds: Sequence) -> Plan:
+        """The plan of a signature (cached or made now), its buffers bound in a context as a
+        run would, without running."""
+        ctx = self.take_context()
+        try:
+            plan = self.cached_plan(key) or self.make_plan(key, feeds, ctx)
+            if plan.segment.steps:
+                ctx.buffers(plan)
+            return plan
+        finally:
+            self.give_context(ctx)
+
+    def stats_failed(self) -> None:
+        """Count a run that failed before it reached a context (invalid feeds)."""
+        ctx = self.take_context()
+        ctx.stats.failed_runs += 1
+        self.give_context(ctx)
+
+    def clear(self) -> None:
+        """Drop every cached plan and the contexts' arenas (memory comes back on the next run)."""
+        with self._lock:
+            self._plans.clear()
+            for ctx in self._contexts:
+                ctx.trim()
+
+    @property
+    def last_plan(self) -> Optional[Plan]:
+        with self._lock:
+            return next(reversed(self._plans.values()), None) if self._plans else None
+
+    def _compile(self, input_dims: dict, input_dtypes: Optional[dict] = None) -> Program:
+        return Program(self.pg, self.registry, input_dims, input_dtypes or self.input_dtypes, self.allocator,
+                       self.input_values, self.name, validate=self.validate)
+
+    # --- dim_params as hints -------------------------------------------------------------
+    def _bind(self, feeds: Sequence) -> tuple[Program, tuple]:
+        shapes = [a.shape for a in feeds]
+        fill = tuple((len(shapes[pos]) if self.input_dims.get(self.pg.input_slots[pos]) is None else None,
+                      feeds[pos].dtype if self.input_dtypes.get(self.pg.input_slots[pos]) is None else None)
+                     for pos in self._open)
+        base = self._base_program(fill) if fill else self.program
+        env = base.binder(shapes)
+        if env is not None:
+            return base, env
+        groups = self._conflicts(base, shapes)
+        if self.strict_dim_params:
+            raise self._mismatch(base, shapes, next(iter(groups)))
+        key = ("split", fill, tuple(sorted(groups.items())))
+        program = self.programs.get(key)
+        if program is None:
+            for name in groups:
+                if name not in self._warned:
+                    self._warned.add(name)
+                    warnings.warn(f"dynashape: {self._mismatch(base, shapes, name)}; declared dim_params are hints, so "
+                                  "these axes get symbols of their own (strict_dim_params=True makes this an error)",
+                                  RuntimeWarning, stacklevel=5)
+            program = self._compile(self._split_dims(base, groups), base.input_dtypes)
+            with self._lock:
+                program = self.programs.setdefault(key, program)
+        return program, program.binder(shapes)
+
+    def _occurrences(self, program: Program) -> dict:
+        out: dict = {}
+        for pos, slot in enumerate(self.pg.input_slots):
+            for axis, d in enumerate(program.input_dims.get(slot) or ()):
+                if not isinstance(d, int):
+                    out.setdefault(next(iter(free_symbols(d))), []).append((pos, axis))
+        return out
+
+    def _conflicts(self, program: Program, shapes: Sequence[tuple]) -> dict:
+        """symbol -> group label per occurrence (labels by first appearance of each value)."""
+        groups = {}
+        for name, places in self._occurrences(program).items():
+            values = [shapes[pos][axis] for pos, axis in places]
+            if len(set(values)) > 1:
+                first: dict = {}
+                groups[name] = tuple(first.setdefault(v, len(first)) for v in values)
+        return groups
+
+    def _split_dims(self, program: Program, groups: dict) -> dict:
+        dims = {slot: (list(d) if d is not None else None) for slot, d in program.input_dims.items()}
+        occurrences = self._occurrences(program)
+        for name, labels in groups.items():
+            for (pos, axis), label in zip(occurrences[name], labels):
+                if label:
+                    dims[self.pg.input_slots[pos]][axis] = sym(f"{name}~{label}")
+        return {slot: (tuple(d) if d is not None else None) for slot, d in dims.items()}
+
+    def _mismatch(self, program: Program, shapes: Sequence[tuple], name: str) -> DimParamMismatch:
+        places = self._occurrences(program)[name]
+        (p0, a0) = places[0]
+        for pos, axis in places[1:]:
+            if shapes[pos][axis] != shapes[p0][a0]:
+                return DimParamMismatch(
+                    f"dim_param '{name}' is bound to {shapes[p0][a0]} by input '{self.input_names[p0]}' axis {a0} "
+                    f"and to {shapes[pos][axis]} by input '{self.input_names[pos]}' axis {axis}")
+        return DimParamMismatch(f"dim_param '{name}' is bound to two values")

@@ -1,0 +1,281 @@
+"""The node contract: everything the engine does with one node, in one place.
+
+Building a node's :class:`~dynashape.records.InferContext`, inferring its outputs
+(symbolically at import, concretely for a signature or a data-dependent step), choosing
+its kernel, tracing its kernel preparation, running it once, and folding or propagating
+its values. Import-time inference, plan building, data-dependent steps, control-flow
+bodies and :mod:`dynashape.testing` all call these functions; ops reach the engine only
+through :class:`NodeServices`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+import numpy as np
+
+from .errors import DynashapeError, ExecutionError
+from .graph import PreparedNode
+from .records import InferContext, KernelDef
+from .registry import Registry
+from .symbolic import Expr, strict_comparisons
+
+__all__ = [
+    "FOLD_LIMIT",
+    "NodeServices",
+    "PrepareTrace",
+    "make_context",
+    "infer",
+    "choose_kernel",
+    "run_kernel",
+    "run_once",
+    "run_dynamic",
+    "fold",
+    "trace_prepare",
+    "has_subgraph",
+    "contains_expr",
+]
+
+#: Largest number of elements a node's outputs may have to be folded on the host.
+FOLD_LIMIT = 1 << 16
+
+
+class NodeServices:
+    """What an op may ask of the engine, as ``ctx.services``.
+
+    Attributes:
+        opsets: the model's opset imports (``{"": 17, "com.microsoft": 1}``).
+        registry: the registry the session was built with (subgraphs resolve through it).
+
+    ``subgraph(graph)`` returns the compiled runner of a subgraph attribute of this model
+    (an If branch, a Loop or Scan body): compiled once, with the session's registry, and
+    run with ``runner.run_list(formal_inputs, outer_values_by_name)``.
+    """
+
+    __slots__ = ("opsets", "registry", "_compile_subgraph", "_subgraphs")
+
+    def __init__(self, opsets: Mapping[str, int], registry: Registry,
+                 compile_subgraph: Optional[Callable[[Any], Any]] = None):
+        self.opsets = dict(opsets)
+        self.registry = registry
+        self._compile_subgraph = compile_subgraph
+        self._subgraphs: dict = {}
+
+    def subgraph(self, graph) -> Any:
+        """The compiled runner of ``graph`` (made on first request, then shared)."""
+        runner = self._subgraphs.get(id(graph))
+        if runner is None:
+            if self._compile_subgraph is None:
+                from .subgraph import SubgraphRunner  # standalone use: no enclosing scope
+                runner = SubgraphRunner(graph, self.opsets, self.registry)
+            else:
+                runner = self._compile_subgraph(graph)
+            runner = self._subgraphs.setdefault(id(graph), runner)
+        return runner
+
+
+def make_context(pn: PreparedNode, shapes: Sequence, dtypes: Sequence, values: Sequence,
+                 services: Optional[NodeServices] = None, *, symbolic: bool = False,
+                 fresh: Optional[Callable[[], Expr]] = None) -> InferContext:
+    """The context of ``pn`` from per-slot shapes, dtypes and host-known values."""
+    ins = pn.all_inputs
+    return InferContext(pn.node, pn.opset,
+                        [shapes[i] if i >= 0 else None for i in ins],
+                        [dtypes[i] if i >= 0 else None for i in ins],
+                        [values[i] if i >= 0 else None for i in ins],
+                        symbolic=symbolic, fresh=fresh, services=services)
+
+
+def context_of_arrays(pn: PreparedNode, arrays: Sequence, services: Optional[NodeServices]) -> InferContext:
+    """The concrete context of ``pn`` for input arrays (None for an absent input)."""
+    return InferContext(pn.node, pn.opset,
+                        [None if a is None else tuple(np.shape(a)) for a in arrays],
+                        [None if a is None else np.asarray(a).dtype for a in arrays],
+                        list(arrays), services=services)
+
+
+def infer(pn: PreparedNode, ctx: InferContext) -> None:
+    """Run the op's shape and dtype inference; fills ``ctx.output_shapes/output_dtypes``.
+
+    Raises:
+        ShapeInferenceError: the op's rule is broken (also for an unexpected exception in
+            the op's inference, which is reported as ``InferenceFailed`` naming the node).
+    """
+    op = pn.opdef
+    n_out = len(pn.outputs)
+    try:
+        shapes = list(op.infer_shape(ctx))
+        dtypes = list(op.infer_dtype(ctx))
+    except DynashapeError:
+        raise
+    except Exception as exc:  # a bug or an unguarded rule in an op's inference
+        ctx.fail(f"shape inference failed: {type(exc).__name__}: {exc}", kind="InferenceFailed")
+    ctx.output_shapes = [tuple(s) if s is not None else None for s in shapes[:n_out]] + [None] * (n_out - len(shapes))
+    ctx.output_dtypes = [np.dtype(d) if d is not None else None for d in dtypes[:n_out]] + [None] * (n_out - len(dtypes))
+
+
+def choose_kernel(registry: Registry, pn: PreparedNode, ctx: InferContext) -> KernelDef:
+    """The kernel for ``pn`` at its opset and input dtype (highest priority wins).
+
+    Raises:
+        UnsupportedOperatorError: no kernel fits.
+    """
+    first = ctx.input_dtypes[0] if ctx.input_dtypes else None
+    if first is None:
+        first = next((d for d in ctx.input_dtypes if d is not None), None)
+    return registry.resolve_kernel(pn.node.domain, pn.node.op_type, pn.opset, first, pn.node.name)
+
+
+def _all_ints(shape) -> bool:
+    return shape is not None and all(type(d) is int for d in shape)
+
+
+def run_kernel(pn: PreparedNode, compute, prepared: Any, arrays: Sequence, outs: list) -> list:
+    """Call a kernel; its outputs (the buffers it filled, or the arrays it returned).
+
+    Raises:
+        ExecutionError: the kernel failed (naming the node).
+    """
+    try:
+        res = compute(list(arrays), outs, prepared)
+    except DynashapeError:
+        raise
+    except Exception as exc:
+        raise ExecutionError(f"{pn.node.op_type} node '{pn.node.name}' failed: {type(exc).__name__}: {exc}") from exc
+    return list(res) if res is not None else outs
+
+
+def run_once(pn: PreparedNode, kernel: KernelDef, ctx: InferContext, arrays: Sequence) -> list:
+    """Prepare the kernel for ``ctx``, allocate the outputs as inferred (None where a shape
+    is not concrete) and run it once."""
+    outs = [np.empty(s, dtype=d) if _all_ints(s) and d is not None else None
+            for s, d in zip(ctx.output_shapes, ctx.output_dtypes)]
+    prepared = kernel.prepare(ctx) if kernel.prepare is not None else ctx
+    return run_kernel(pn, kernel.compute, prepared, arrays, outs)
+
+
+def run_dynamic(pn: PreparedNode, registry: Registry, arrays: Sequence,
+                services: Optional[NodeServices]) -> list:
+    """Infer, choose the kernel and run a node whose shapes are only known now."""
+    ctx = context_of_arrays(pn, arrays, services)
+    infer(pn, ctx)
+    return run_once(pn, choose_kernel(registry, pn, ctx), ctx, arrays)
+
+
+# folding ------------------------------------------------------------------------------
+
+def has_subgraph(pn: PreparedNode) -> bool:
+    return bool(pn.implicit) or any(hasattr(a, "nodes") for a in pn.node.attrs.values())
+
+
+def fold(pn: PreparedNode, kernel: Optional[KernelDef], ctx: InferContext, values: Sequence,
+         limit: int = FOLD_LIMIT) -> Optional[list]:
+    """The node's output values when they can be known on the host now, else None.
+
+    With every input value concrete and the outputs at most ``limit`` elements, the kernel
+    runs once; otherwise the op's ``propagate_value`` (ONNX partial data propagation) may
+    give values, possibly symbolic (object arrays of dims). Values are cast to the
+    inferred output dtype (object arrays stay symbolic unless all their entries are ints).
+
+    Raises:
+        ShapeInferenceError / ExecutionError: the kernel failed on concrete values.
+    """
+    op = pn.opdef
+    if not op.deterministic or has_subgraph(pn):
+        return None
+    n_out = len(pn.outputs)
+    out_shapes = ctx.output_shapes[:n_out]
+    ins = pn.all_inputs
+    known = all(i < 0 or values[i] is not None for i in ins)
+    concrete = known and all(i < 0 or values[i].dtype != object for i in ins)
+    if concrete and kernel is not None and all(_all_ints(s) for s in out_shapes):
+        if sum(int(np.prod(s)) for s in out_shapes) > limit:
+            return None
+        outs = run_once(pn, kernel, ctx, [values[i] if i >= 0 else None for i in ins])
+        return [_as_value(o, d) for o, d in zip(outs, ctx.output_dtypes)]
+    if op.propagate_value is None:
+        return None
+    vals = op.propagate_value(ctx)
+    if vals is None or len(vals) < n_out or any(v is None for v in vals[:n_out]):
+        return None
+    return [_as_value(v, d) for v, d in zip(vals[:n_out], ctx.output_dtypes)]
+
+
+def _as_value(v, dtype) -> np.ndarray:
+    v = np.asarray(v)
+    if v.dtype == object:
+        if all(type(x) is int for x in v.reshape(-1).tolist()):
+            return v.astype(dtype if dtype is not None else np.int64)
+        return v
+    if dtype is not None and v.dtype != dtype:
+        return v.astype(dtype)
+    return v
+
+
+# kernel preparation traced once per program ------------------------------------------
+
+STATIC, SYMBOLIC, CONCRETE = "static", "symbolic", "concrete"
+
+
+@dataclass(frozen=True)
+class PrepareTrace:
+    """How a kernel's prepared argument is made for each signature.
+
+    ``kind`` is ``static`` (``value`` is the same for every shape: computed once),
+    ``symbolic`` (``value`` is a structure of tuples/lists/dicts/slices/object arrays with
+    symbolic dims inside: generated code rebuilds it with their values) or ``concrete``
+    (``prepare`` needs concrete shapes: it is called for each new signature).
+    """
+
+    kind: str
+    value: Any = None
+
+
+def trace_prepare(kernel: KernelDef, ctx: InferContext) -> PrepareTrace:
+    """Call ``kernel.prepare`` once with symbolic shapes (comparisons of symbolic dims
+    raise, see :func:`dynashape.symbolic.strict_comparisons`) and classify the result."""
+    if kernel.prepare is None:
+        return PrepareTrace(STATIC, ctx)
+    try:
+        with strict_comparisons():
+            value = kernel.prepare(ctx)
+    except Exception:  # noqa: BLE001 - anything that needs concrete shapes
+        return PrepareTrace(CONCRETE)
+    found = contains_expr(value)
+    if found is None:
+        return PrepareTrace(CONCRETE)
+    return PrepareTrace(SYMBOLIC if found else STATIC, value)
+
+
+_OPAQUE = (str, bytes, int, float, bool, complex, np.dtype, np.generic, type(None), InferContext)
+
+
+def contains_expr(value: Any, depth: int = 0) -> Optional[bool]:
+    """True when ``value`` holds a symbolic dim where generated code can rebuild it (tuples,
+    named tuples, lists, dicts, slices, object arrays), False when it holds none, None when
+    one hides in an object code cannot rebuild. Objects whose class sets
+    ``opaque_to_tracing = True`` (compiled subgraph runners) are not looked into."""
+    if isinstance(value, Expr):
+        return True
+    if isinstance(value, _OPAQUE) or callable(value) or depth > 8 or getattr(value, "opaque_to_tracing", False):
+        return False
+    if isinstance(value, np.ndarray):
+        return value.dtype == object and any(isinstance(x, Expr) for x in value.reshape(-1).tolist())
+    if isinstance(value, slice):
+        parts = (value.start, value.stop, value.step)
+    elif isinstance(value, (tuple, list)):
+        parts = value
+    elif isinstance(value, dict):
+        parts = list(value.values())
+    else:
+        inner = getattr(value, "__dict__", None)
+        if inner is None or not inner:
+            return False
+        return None if any(contains_expr(v, depth + 1) is not False for v in inner.values()) else False
+    found = False
+    for p in parts:
+        r = contains_expr(p, depth + 1)
+        if r is None:
+            return None
+        found = found or r
+    return found

@@ -1,0 +1,360 @@
+"""Plans: what one segment of a program needs for one signature.
+
+:func:`build_plan` calls the segment's generated ``sig`` function with the symbol values
+(shapes, folded values, kernel parameters, block sizes in one call), runs the plan nodes
+(values computed only from shapes: position ids, causal masks), prepares the kernels whose
+preparation needs concrete shapes, and lays the blocks out in the segment's arena: in a
+placement order kept from an earlier signature (each block above the earlier-placed
+blocks whose lifetimes overlap it), re-placed from scratch only when that exceeds
+:data:`RELAYOUT_RATIO` times the lower bound.
+
+When a guard of the symbolic rules fails or ``sig`` raises, the same numbers come from
+per-node inference (:func:`numbers_by_inference`), which also reports a broken rule with
+the node's name. In validation mode both are computed and must agree.
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Optional
+
+import numpy as np
+
+from .codegen import CodeWriter
+from .errors import PlanCheckError
+from .node import CONCRETE, STATIC, SYMBOLIC, fold, infer, make_context, run_kernel
+from .planner import Block, MemoryPlan, align, order_by_offset, plan_offsets, write_layout
+from .records import InferContext
+from .program import FRESH, Program, Segment
+from .symbolic import evaluate
+from .symbolic_inference import BINDING, FOLDED
+
+__all__ = ["Plan", "build_plan", "numbers_by_inference", "RELAYOUT_RATIO", "MAX_LAYOUTS"]
+
+#: A kept placement order is used while its arena is at most this many times the lower bound.
+RELAYOUT_RATIO = 1.05
+#: Placement orders kept per segment (most recently made first).
+MAX_LAYOUTS = 4
+
+
+class Plan:
+    """One segment of a program at one signature (read-only once built).
+
+    ``env`` maps every symbol known in the segment to its value. Segment 0's plan has the
+    ``template`` of values every run starts from (constants, folded and plan-time
+    values); a later segment's plan has ``values`` to add. ``prepared`` holds the kernels'
+    prepared arguments, ``shapes`` the segment's shapes by shape id, ``offsets`` the arena
+    offsets of its blocks; ``arena_bytes`` / ``lower_bound_bytes`` / ``strategy`` describe
+    the layout. ``next`` holds the plans of the following segment by the values of the
+    symbols the binding nodes bind.
+    """
+
+    __slots__ = ("program", "segment", "env", "template", "values", "prepared", "shapes", "sizes", "offsets",
+                 "arena_bytes", "lower_bound_bytes", "strategy", "planning_ms", "symbolic", "next", "_memory",
+                 "__weakref__")
+
+    def __init__(self, program: Program, segment: Segment, env: dict):
+        self.program = program
+        self.segment = segment
+        self.env = env
+        self.template: Optional[list] = None
+        self.values: list = []
+        self.prepared: list = []
+        self.shapes: tuple = ()
+        self.sizes: tuple = ()
+        self.offsets: tuple = ()
+        self.arena_bytes = 0
+        self.lower_bound_bytes = 0
+        self.strategy = ""
+        self.planning_ms = 0.0
+        self.symbolic = True
+        self.next: dict = {}
+        self._memory: Optional[MemoryPlan] = None
+
+    @property
+    def allocator(self) -> str:
+        return self.program.allocator
+
+    @property
+    def steps(self) -> list:
+        return self.segment.steps
+
+    @property
+    def memory(self) -> MemoryPlan:
+        """The segment's blocks with this signature's sizes and offsets (made on first use)."""
+        if self._memory is None:
+            self._memory = self._memory_plan()
+        return self._memory
+
+    def shape_of(self, slot: int) -> Optional[tuple]:
+        """The concrete shape of any tensor of the program at this signature (None if unknown)."""
+        shape = self.program.sg.shapes[slot]
+        if shape is None:
+            return None
+        try:
+            return tuple(evaluate(d, self.env) for d in shape)
+        except KeyError:
+            return None
+
+    def _memory_plan(self) -> MemoryPlan:
+        seg = self.segment
+        blocks = []
+        for k, b in enumerate(seg.blocks):
+            blocks.append(Block(b.id, int(self.sizes[k]), b.first, b.last, list(b.slots),
+                                int(self.offsets[k]) if self.offsets else -1, list(b.kinds), list(b.steps)))
+        naive = sum(align(b.size) * sum(1 for kind in b.kinds if kind != "view") for b in blocks)
+        return MemoryPlan(blocks, self.arena_bytes, self.lower_bound_bytes, naive, self.planning_ms, self.strategy)
+
+
+# --- building ------------------------------------------------------------------------
+
+def build_plan(program: Program, segment: Segment, env: dict, known: Optional[list] = None,
+               validate: bool = False) -> Plan:
+    """The plan of ``segment`` for symbol values ``env``.
+
+    ``known`` is the value list of the run being planned (for segments after a binding
+    node: the values earlier segments made); segment 0 starts from the program's template.
+
+    Raises:
+        ShapeInferenceError: an op's rule is broken by these shapes (node named).
+        ExecutionError: a plan node's kernel failed.
+        PlanCheckError: validation mode, the symbolic plan disagrees with per-node inference.
+    """
+    t0 = time.perf_counter()
+    plan = Plan(program, segment, env)
+    args = [env[name] for name in segment.symbols]
+    numbers = None
+    try:
+        numbers = segment.sig(*args)
+    except (ArithmeticError, ValueError, TypeError):
+        numbers = None
+    if numbers is None or validate:
+        reference, contexts = _reference(program, segment, env)
+        if numbers is not None:
+            _cross_check(program, segment, numbers, reference)
+            _check_static_prepared(segment, contexts)
+        else:
+            plan.symbolic = False
+            numbers = reference
+    shapes, values, symbolic_prepared, sizes = numbers
+    plan.shapes, plan.sizes = shapes, sizes
+    if segment.index == 0:
+        vals = list(program.template)
+        plan.template = vals
+    else:
+        vals = known
+    for slot, value in zip(segment.value_slots, values):
+        vals[slot] = value
+        plan.values.append((slot, value))
+    plan.prepared = _prepared(segment.steps, segment.static_prepared, symbolic_prepared, shapes, vals, program)
+    _run_plan_nodes(plan, segment, symbolic_prepared, shapes, vals)
+    _layout(plan, segment, sizes)
+    plan.planning_ms = (time.perf_counter() - t0) * 1e3
+    return plan
+
+
+def _prepared(steps: list, static: list, symbolic_prepared: tuple, shapes: tuple, vals: list,
+              program: Program) -> list:
+    prepared = list(static)
+    for pos, st in enumerate(steps):
+        kind = st.trace.kind
+        if kind == SYMBOLIC:
+            prepared[pos] = symbolic_prepared[st.qid]
+        elif kind == CONCRETE:
+            prepared[pos] = st.kernel.prepare(_concrete_context(program, st, shapes, vals))
+    return prepared
+
+
+def _concrete_context(program: Program, st, shapes: tuple, vals: list):
+    """The concrete InferContext of a step for kernel preparation."""
+    sg = program.sg
+    ctx = InferContext(st.node.node, st.node.opset,
+                       [shapes[s] if s >= 0 else None for s in st.in_sids],
+                       [sg.dtypes[i] if i >= 0 else None for i in st.inputs],
+                       [vals[i] if i >= 0 else None for i in st.inputs], services=program.services)
+    ctx.output_shapes = [shapes[s] if s >= 0 else None for s in st.out_sids]
+    ctx.output_dtypes = [sg.dtypes[o] if o >= 0 else None for o in st.outputs]
+    return ctx
+
+
+def _run_plan_nodes(plan: Plan, segment: Segment, symbolic_prepared: tuple, shapes: tuple, vals: list) -> None:
+    """Run the nodes whose outputs depend only on shapes, once for this signature."""
+    if not segment.plan_nodes:
+        return
+    program = plan.program
+    prepared = _prepared(segment.plan_nodes, segment.static_plan_prepared, symbolic_prepared, shapes, vals, program)
+    for st, prep in zip(segment.plan_nodes, prepared):
+        outs = [np.empty(shapes[spec.sid], spec.dtype) if spec.kind == FRESH else None for spec in st.outs]
+        res = run_kernel(st.node, st.kernel.compute, prep, [vals[i] if i >= 0 else None for i in st.inputs], outs)
+        for o, value in zip(st.outputs, res):
+            if o >= 0:
+                vals[o] = value
+                if segment.index > 0:
+                    plan.values.append((o, value))
+
+
+def _layout(plan: Plan, segment: Segment, sizes: tuple) -> None:
+    """Arena offsets for this signature: a kept placement order when it stays within
+    RELAYOUT_RATIO of the lower bound, else a new greedy placement (kept for later)."""
+    if not segment.blocks:
+        plan.strategy = "empty"
+        return
+    if plan.program.allocator != "pool":   # a buffer per block: "arena" is their total
+        plan.offsets = (0,) * len(segment.blocks)
+        plan.arena_bytes = sum(align(n) for n in sizes)
+        plan.lower_bound_bytes = _lower_bound(segment, sizes)
+        plan.strategy = "naive"
+        return
+    for order, layout in list(segment.layouts):
+        offsets, top, bound = layout(sizes)
+        if top <= RELAYOUT_RATIO * bound:
+            plan.offsets, plan.arena_bytes, plan.lower_bound_bytes = offsets, top, bound
+            plan.strategy = "kept order"
+            return
+    blocks = [Block(k, int(n), b.first, b.last) for k, (b, n) in enumerate(zip(segment.blocks, sizes))]
+    memory = plan_offsets(blocks)
+    plan.offsets = tuple(b.offset for b in blocks)
+    plan.arena_bytes, plan.lower_bound_bytes = memory.arena_bytes, memory.lower_bound_bytes
+    plan.strategy = memory.strategy
+    order = tuple(b.id for b in order_by_offset(blocks))
+    w = CodeWriter(f"{plan.program.name}-layout{segment.index}")
+    write_layout(w, segment.blocks, order, plan.program.n_steps)
+    layout = w.compile()["layout"]
+    with plan.program._lock:
+        segment.layouts = [(order, layout)] + [x for x in segment.layouts if x[0] != order][:MAX_LAYOUTS - 1]
+
+
+def _lower_bound(segment: Segment, sizes: tuple) -> int:
+    events: dict = {}
+    for b, n in zip(segment.blocks, sizes):
+        events[b.first] = events.get(b.first, 0) + align(n)
+        events[b.last + 1] = events.get(b.last + 1, 0) - align(n)
+    live = best = 0
+    for t in sorted(events):
+        live += events[t]
+        best = max(best, live)
+    return best
+
+
+# --- the same numbers by per-node inference ---------------------------------------------
+
+def numbers_by_inference(program: Program, segment: Segment, env: dict) -> tuple:
+    """(shapes, values, symbolic prepared, sizes) of ``segment`` by concrete per-node
+    inference of every node up to its end: the reference for the generated ``sig``, used
+    when a guard fails, to report a broken rule, and to check plans in validation mode.
+
+    Raises:
+        ShapeInferenceError: a node's rule is broken (named).
+    """
+    return _reference(program, segment, env)[0]
+
+
+def _reference(program: Program, segment: Segment, env: dict) -> tuple:
+    shapes_by_slot, values_by_slot, contexts = _infer_concretely(program, segment, env)
+    shapes = tuple(shapes_by_slot[slots[0]] for slots in segment.shape_slots)
+    values = tuple(values_by_slot[s] for s in segment.value_slots)
+    prepared = tuple(st.kernel.prepare(contexts[st.index]) for st in segment.symbolic_steps)
+    sizes = tuple(math.prod(shapes_by_slot[b.slots[0]]) * program.sg.dtypes[b.slots[0]].itemsize
+                  for b in segment.blocks)
+    return (shapes, values, prepared, sizes), contexts
+
+
+def _infer_concretely(program: Program, segment: Segment, env: dict) -> tuple:
+    pg, sg = program.pg, program.sg
+    n = len(pg.names)
+    shapes: list = [None] * n
+    dtypes: list = list(sg.dtypes)
+    values: list = [None] * n
+    for s, arr in pg.constants.items():
+        shapes[s], values[s] = tuple(arr.shape), arr
+    for s in pg.input_slots:
+        shapes[s] = _evaluated(sg.shapes[s], env)
+    contexts: dict = {}
+    last = segment.nodes[-1] if segment.nodes else -1
+    for idx, pn in enumerate(pg.nodes[:last + 1]):
+        status = sg.status[idx]
+        if status == BINDING:
+            for o in pn.outputs:
+                if o >= 0:
+                    shapes[o] = _evaluated(sg.shapes[o], env)
+            continue
+        ctx = make_context(pn, shapes, dtypes, values, program.services)
+        infer(pn, ctx)
+        contexts[idx] = ctx
+        for o, shape in zip(pn.outputs, ctx.output_shapes):
+            if o >= 0:
+                shapes[o] = shape
+        if status == FOLDED:
+            folded = fold(pn, sg.kernels[idx], ctx, values, limit=1 << 62)
+            if folded is None:
+                raise PlanCheckError(f"{pn.node.op_type} node '{pn.node.name}': its value was folded "
+                                     "symbolically but cannot be computed for these shapes")
+            for o, v in zip(pn.outputs, folded):
+                if o >= 0:
+                    values[o] = v
+    return shapes, values, contexts
+
+
+def _evaluated(shape, env: dict) -> Optional[tuple]:
+    if shape is None:
+        return None
+    try:
+        return tuple(evaluate(d, env) for d in shape)
+    except KeyError:
+        return None
+
+
+# --- validation mode ------------------------------------------------------------------
+
+def _cross_check(program: Program, segment: Segment, numbers: tuple, reference: tuple) -> None:
+    """Validation mode: the generated numbers must equal per-node inference's."""
+    shapes, values, prepared, sizes = numbers
+    ref_shapes, ref_values, ref_prepared, ref_sizes = reference
+    names = program.pg.names
+    for sid, (got, want) in enumerate(zip(shapes, ref_shapes)):
+        if tuple(got) != tuple(want):
+            raise PlanCheckError(f"symbolic shape of '{names[segment.shape_slots[sid][0]]}' is {tuple(got)}, "
+                                 f"per-node inference gives {tuple(want)}")
+    for slot, got, want in zip(segment.value_slots, values, ref_values):
+        if got.shape != want.shape or not np.array_equal(got, want):
+            raise PlanCheckError(f"symbolic value of '{names[slot]}' is {got.tolist()}, per-node inference "
+                                 f"gives {np.asarray(want).tolist()}")
+    for st, got, want in zip(segment.symbolic_steps, prepared, ref_prepared):
+        if not _same(got, want):
+            raise PlanCheckError(f"{st.node.node.op_type} node '{st.node.node.name}': kernel parameters traced "
+                                 f"symbolically are {got!r}, its prepare gives {want!r}")
+    if tuple(sizes) != tuple(ref_sizes):
+        raise PlanCheckError(f"block sizes {tuple(sizes)} differ from per-node inference {tuple(ref_sizes)}")
+
+
+def _check_static_prepared(segment: Segment, contexts: dict) -> None:
+    """Validation mode: kernel parameters traced as shape-independent equal what ``prepare``
+    gives with this signature's concrete shapes."""
+    for st in segment.steps + segment.plan_nodes:
+        if st.trace.kind != STATIC or st.kernel.prepare is None:
+            continue
+        want = st.kernel.prepare(contexts[st.index])
+        if not _same(st.trace.value, want):
+            raise PlanCheckError(f"{st.node.node.op_type} node '{st.node.node.name}': kernel parameters traced as "
+                                 f"shape-independent are {st.trace.value!r}, its prepare gives {want!r} here")
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Deep equality of prepared arguments (arrays by value and dtype)."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        a, b = np.asarray(a), np.asarray(b)
+        return a.shape == b.shape and (a.dtype == b.dtype or object in (a.dtype, b.dtype)) and \
+            bool(np.array_equal(a.astype(object), b.astype(object)))
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, slice) and isinstance(b, slice):
+        return _same((a.start, a.stop, a.step), (b.start, b.stop, b.step))
+    if type(a).__eq__ is object.__eq__:
+        return True  # identity-compared objects (compiled runners, contexts): not checked
+    try:
+        eq = a == b
+    except Exception:  # noqa: BLE001 - objects that cannot compare: not checked
+        return True
+    return eq if isinstance(eq, (bool, np.bool_)) else True

@@ -1,0 +1,532 @@
+"""The compiled program of a (sub)graph: made once per session, read-only, shared by runs.
+
+:class:`Program` runs symbolic inference once and turns its result into
+
+* the run-time **steps** in order, each with its kernel, its traced preparation
+  (:func:`dynashape.node.trace_prepare`) and where each output lives (arena block, view,
+  fresh array of the run);
+* **segments**: a BINDING node (its output shapes depend on data) ends a segment; the next
+  one is planned once the symbols it binds are known;
+* the **memory structure**: lifetimes, views and in-place decisions (in place only where
+  the shapes are provably equal), blocks per segment arena;
+* per segment, **generated functions**: ``sig(*symbols)`` evaluates every shape, folded
+  shape-tensor value, symbolic kernel parameter and block size a signature needs (and the
+  guards the symbolic rules rely on), ``bind(mk, S, O)`` makes the output buffers of one
+  execution context, ``run(v, B, P, S)`` calls the kernels straight through;
+* the **binder**: feed shapes -> symbol values, or None when declared dim_params disagree.
+
+A new signature costs one call of ``sig`` and ``layout`` (see :mod:`dynashape.plan`); a
+repeated one, a dict lookup.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from .codegen import CodeWriter, ExprCoder
+from .graph import PreparedGraph, PreparedNode
+from .node import CONCRETE, STATIC, SYMBOLIC, NodeServices, PrepareTrace, trace_prepare
+from .planner import StepSpec, lifetimes
+from .registry import Registry
+from .symbolic import Expr, free_symbols, is_nonneg, sym
+from .symbolic_inference import BINDING, FOLDED, PLAN, STEP, SymbolicGraph, infer_symbolic
+
+__all__ = ["Program", "Segment", "Step", "OutSpec", "NONE", "ARENA", "FRESH", "FBLOCK"]
+
+#: Where a step's output lives: not written / a view the kernel returns (``NONE``), a block of
+#: the segment's arena (``ARENA``), a fresh array of each run (``FRESH``: graph outputs, object
+#: dtypes), a per-run block shared by in-place outputs and views that reach a graph output
+#: (``FBLOCK``).
+NONE, ARENA, FRESH, FBLOCK = "none", "arena", "fresh", "fblock"
+
+
+@dataclass(frozen=True)
+class OutSpec:
+    kind: str = NONE
+    sid: int = -1              # shape id in the segment's S
+    dtype: Optional[np.dtype] = None
+    ref: int = -1              # ARENA: array index of the bind function; FBLOCK: block id
+    owner: bool = False        # FBLOCK: this output allocates the block
+    reshape: bool = False      # FBLOCK: a member whose shape differs from the owner's (in place over a view)
+
+
+@dataclass
+class Step:
+    """One node that runs: at every run (a step) or once per signature (a plan node)."""
+
+    index: int                 # node index in the prepared graph
+    node: PreparedNode
+    kernel: Any
+    inputs: tuple
+    outputs: tuple
+    trace: PrepareTrace
+    outs: tuple = ()           # OutSpec per output
+    qid: int = -1              # index of its symbolic prepared argument in sig's Q
+    in_sids: tuple = ()        # shape ids of inputs/outputs (concrete preparation, validation)
+    out_sids: tuple = ()
+    t: int = -1                # global step index (lifetimes), -1 for plan nodes
+
+
+@dataclass
+class Segment:
+    """Steps up to and including a run of BINDING nodes, and what planning them needs."""
+
+    index: int
+    symbols: tuple = ()                # names of the symbols known here, in argument order
+    nodes: list = field(default_factory=list)       # node indices positioned here
+    steps: list = field(default_factory=list)       # Steps run each run
+    plan_nodes: list = field(default_factory=list)  # Steps run once per signature
+    binding: list = field(default_factory=list)     # BINDING node indices, run at the end
+    binds: list = field(default_factory=list)       # (slot, axis, symbol) bound by them
+    checks: list = field(default_factory=list)      # (slot, rank, ((axis, int dim), ...)) to verify
+    shapes: list = field(default_factory=list)      # sid -> symbolic shape
+    shape_slots: list = field(default_factory=list) # sid -> slots with that shape
+    value_slots: list = field(default_factory=list) # vid -> slot of a folded value made per signature
+    symbolic_steps: list = field(default_factory=list)  # qid -> Step
+    blocks: list = field(default_factory=list)      # arena blocks (symbolic sizes)
+    block_sizes: list = field(default_factory=list)
+    static_prepared: list = field(default_factory=list)
+    static_plan_prepared: list = field(default_factory=list)
+    sig: Optional[Callable] = None
+    run: Optional[Callable] = None
+    bind: Optional[Callable] = None
+    run_lines: dict = field(default_factory=dict)   # line of the generated run -> step position
+    layouts: list = field(default_factory=list)     # [(order, layout fn)], most recent first
+    source: dict = field(default_factory=dict)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.steps or self.plan_nodes or self.value_slots or self.binding)
+
+
+class Program:
+    """Everything a graph needs for any signature, compiled once.
+
+    Args:
+        pg: the prepared graph (constants already folded).
+        registry: the session's registry (bodies of If/Loop/Scan resolve through it too).
+        input_dims: input slot -> tuple of dims (ints and plain symbols) or None.
+        input_dtypes: input slot -> numpy dtype or None.
+        allocator: ``"pool"`` (arena per segment, in place) or ``"naive"`` (a buffer per tensor).
+        input_values: input slot -> value known when compiling (subgraph scopes), optional.
+    """
+
+    def __init__(self, pg: PreparedGraph, registry: Registry, input_dims: dict, input_dtypes: dict,
+                 allocator: str = "pool", input_values: Optional[dict] = None, name: str = "graph",
+                 validate: bool = False):
+        self.pg = pg
+        self.registry = registry
+        self.allocator = allocator
+        self.validate = validate
+        self.name = name
+        self.input_dims = dict(input_dims)
+        self.input_dtypes = dict(input_dtypes)
+        self._lock = threading.Lock()
+        self.services = NodeServices(pg.opsets, registry, self._compile_body)
+        self.sg: SymbolicGraph = infer_symbolic(pg, registry, input_dims, input_dtypes, self.services, input_values)
+        sg = self.sg
+        self.template: list = [None] * len(pg.names)
+        for s, arr in pg.constants.items():
+            self.template[s] = arr
+        for idx, pn in enumerate(pg.nodes):
+            if sg.status[idx] == FOLDED:
+                for o in pn.outputs:
+                    if o >= 0 and sg.values[o] is not None and sg.values[o].dtype != object:
+                        self.template[o] = sg.values[o]
+        self.segments: list[Segment] = []
+        self.steps: list[Step] = []          # every run-time step of every segment, in order
+        self._make_segments()
+        self._make_steps()
+        self._make_memory()
+        self._mark_needed()
+        for seg in self.segments:
+            self._generate(seg)
+        self.binder = self._make_binder()
+        self.output_copy = self._output_copies()
+
+    # --- structure ---------------------------------------------------------------------
+    def _make_segments(self) -> None:
+        status = self.sg.status
+        seg = Segment(0)
+        self.segments.append(seg)
+        known = tuple(sorted(self.sg.input_symbols))
+        seg.symbols = known
+        for idx in range(len(self.pg.nodes)):
+            if seg.binding and status[idx] != BINDING:
+                known = known + tuple(name for _, _, name in seg.binds)
+                seg = Segment(len(self.segments), symbols=known)
+                self.segments.append(seg)
+            seg.nodes.append(idx)
+            if status[idx] == BINDING:
+                seg.binding.append(idx)
+                seg.binds.extend(self.sg.binds.get(idx, ()))
+                for o in self.pg.nodes[idx].outputs:
+                    shape = self.sg.shapes[o] if o >= 0 else None
+                    if shape is not None:
+                        ints = tuple((axis, d) for axis, d in enumerate(shape) if isinstance(d, int))
+                        seg.checks.append((o, len(shape), ints))
+
+    def segment_of_node(self) -> dict:
+        return {idx: seg for seg in self.segments for idx in seg.nodes}
+
+    def _make_steps(self) -> None:
+        sg, pg = self.sg, self.pg
+        t = 0
+        for seg in self.segments:
+            for idx in seg.nodes:
+                status = sg.status[idx]
+                if status in (STEP, PLAN):
+                    pn = pg.nodes[idx]
+                    kernel = sg.kernels[idx]
+                    step = Step(idx, pn, kernel, tuple(pn.all_inputs), tuple(pn.outputs),
+                                trace_prepare(kernel, sg.contexts[idx]))
+                    if status == STEP:
+                        step.t = t
+                        t += 1
+                        seg.steps.append(step)
+                        self.steps.append(step)
+                    else:
+                        seg.plan_nodes.append(step)
+                elif status == BINDING:
+                    t += 1          # binding nodes read their inputs at this step
+        self.n_steps = t
+
+    def _step_specs(self) -> list[StepSpec]:
+        """The planner's view of every run-time step (BINDING nodes included: they read)."""
+        sg, pg = self.sg, self.pg
+        outputs = set(pg.output_slots)
+        producer_segment = {}
+        specs = []
+        seg_of = self.segment_of_node()
+        pool = self.allocator == "pool"
+        for seg in self.segments:
+            for idx in seg.nodes:
+                status = sg.status[idx]
+                if status not in (STEP, BINDING):
+                    continue
+                pn = pg.nodes[idx]
+                n_in = len(pn.all_inputs)
+                aliases = {k: i for k, i in pn.opdef.aliases if k < len(pn.outputs) and i < n_in}
+                if status == BINDING:
+                    specs.append(StepSpec(tuple(pn.all_inputs), tuple(pn.outputs), (None,) * len(pn.outputs), aliases))
+                    continue
+                sizes = tuple(_size_expr(sg.shapes[o], sg.dtypes[o]) if o >= 0 and o not in outputs else None
+                              for o in pn.outputs)
+                kernel = sg.kernels[idx]
+                inplace = ()
+                if pool and kernel is not None and kernel.may_inplace:
+                    inplace = tuple(
+                        (k, i) for k, i in kernel.may_inplace
+                        if k < len(pn.outputs) and i < len(pn.inputs) and pn.outputs[k] >= 0
+                        and sizes[k] is not None and pn.inputs[i] >= 0
+                        and producer_segment.get(pn.inputs[i]) is seg
+                        and sg.shapes[pn.inputs[i]] == sg.shapes[pn.outputs[k]]
+                        and sg.dtypes[pn.inputs[i]] == sg.dtypes[pn.outputs[k]])
+                specs.append(StepSpec(tuple(pn.all_inputs), tuple(pn.outputs), sizes, aliases, inplace))
+                for o in pn.outputs:
+                    if o >= 0:
+                        producer_segment[o] = seg_of[idx]
+        return specs
+
+    def _make_memory(self) -> None:
+        """Blocks (lifetimes over the global step order), fresh blocks, per-segment arenas."""
+        specs = self._step_specs()
+        self.blocks = lifetimes(specs, keep=self.pg.output_slots, inplace=self.allocator == "pool")
+        outputs = set(self.pg.output_slots)
+        self.fresh_blocks = {b.id for b in self.blocks if any(s in outputs for s in b.slots)}
+        step_segment = {}
+        for seg in self.segments:
+            for st in seg.steps:
+                step_segment[st.t] = seg
+        block_of = {}
+        for b in self.blocks:
+            for s in b.slots:
+                block_of[s] = b
+            if b.id not in self.fresh_blocks:
+                seg = step_segment[b.first]
+                seg.blocks.append(b)
+        self.block_of = block_of
+        for seg in self.segments:
+            seg.block_sizes = [b.size for b in seg.blocks]
+
+    # --- shapes, values and outputs each segment needs ------------------------------------
+    def _mark_needed(self) -> None:
+        sg, pg = self.sg, self.pg
+        status = sg.status
+        producer = pg.producer
+        seg_of = self.segment_of_node()
+        readers: set = set(pg.output_slots)
+        for idx, pn in enumerate(pg.nodes):
+            if status[idx] != FOLDED:
+                readers.update(i for i in pn.all_inputs if i >= 0)
+        for seg in self.segments:
+            self._assign_outputs(seg)
+            for st in seg.steps + seg.plan_nodes:
+                if st.trace.kind == CONCRETE:
+                    st.in_sids = tuple(self._sid(seg, i) for i in st.inputs)
+                    st.out_sids = tuple(self._sid(seg, o) for o in st.outputs)
+        for slot in sorted(readers):
+            p = producer.get(slot)
+            if p is None or status[p] != FOLDED:
+                continue
+            value = sg.values[slot]
+            if value is not None and value.dtype == object:
+                seg_of[p].value_slots.append(slot)
+        for seg in self.segments:
+            for st in seg.steps + seg.plan_nodes:
+                if st.trace.kind == SYMBOLIC:
+                    st.qid = len(seg.symbolic_steps)
+                    seg.symbolic_steps.append(st)
+
+    def _sid(self, seg: Segment, slot: int) -> int:
+        """The shape id of ``slot`` in ``seg`` (equal symbolic shapes share one); -1 if none."""
+        if slot < 0 or self.sg.shapes[slot] is None:
+            return -1
+        shape = self.sg.shapes[slot]
+        index = seg.source.setdefault("_sids", {})
+        sid = index.get(shape)
+        if sid is None:
+            sid = index[shape] = len(seg.shapes)
+            seg.shapes.append(shape)
+            seg.shape_slots.append([])
+        if slot not in seg.shape_slots[sid]:
+            seg.shape_slots[sid].append(slot)
+        return sid
+
+    def _assign_outputs(self, seg: Segment) -> None:
+        """Where each output of the segment's steps and plan nodes lives."""
+        sg = self.sg
+        arena_index: dict = {}
+        seg.source["arena_arrays"] = arrays = []
+        local = {b.id: k for k, b in enumerate(seg.blocks)}
+        for st in seg.steps:
+            aliases = {k for k, _ in st.node.opdef.aliases}
+            specs = []
+            for k, o in enumerate(st.outputs):
+                dtype = sg.dtypes[o] if o >= 0 else None
+                if o < 0 or k in aliases or dtype is None:
+                    specs.append(OutSpec())
+                    continue
+                b = self.block_of.get(o)
+                sid = self._sid(seg, o)
+                if b is not None and b.id in self.fresh_blocks:
+                    owner = b.slots[0] == o
+                    specs.append(OutSpec(FBLOCK, sid, dtype, b.id, owner=owner,
+                                         reshape=not owner and sg.shapes[b.slots[0]] != sg.shapes[o]))
+                elif b is not None:
+                    key = (b.id, sid, dtype)
+                    ref = arena_index.get(key)
+                    if ref is None:
+                        ref = arena_index[key] = len(arrays)
+                        arrays.append((sid, dtype, local[b.id]))
+                    specs.append(OutSpec(ARENA, sid, dtype, ref))
+                else:
+                    specs.append(OutSpec(FRESH, sid, dtype))
+            st.outs = tuple(specs)
+        for st in seg.plan_nodes:
+            aliases = {k for k, _ in st.node.opdef.aliases}
+            st.outs = tuple(OutSpec() if o < 0 or k in aliases or sg.dtypes[o] is None
+                            else OutSpec(FRESH, self._sid(seg, o), sg.dtypes[o])
+                            for k, o in enumerate(st.outputs))
+
+    def _output_copies(self) -> list[bool]:
+        """Per graph output: must ``run`` copy it? Only arrays made by this run are handed
+        out as they are; views of feeds, constants, plan values and repeats are copied."""
+        pg, sg = self.pg, self.sg
+        seen: set = set()
+        out = []
+        for slot in pg.output_slots:
+            root = self._view_root(slot)
+            p = pg.producer.get(root)
+            fresh = p is not None and sg.status[p] in (STEP, BINDING) and root not in seen
+            seen.add(root)
+            out.append(not fresh)
+        return out
+
+    def _view_root(self, slot: int) -> int:
+        pg = self.pg
+        while True:
+            p = pg.producer.get(slot)
+            if p is None:
+                return slot
+            pn = pg.nodes[p]
+            k = pn.outputs.index(slot)
+            src = dict(pn.opdef.aliases).get(k)
+            if src is None or self.sg.status[p] not in (STEP, BINDING) or pn.all_inputs[src] < 0:
+                return slot
+            slot = pn.all_inputs[src]
+
+    # --- generated code ----------------------------------------------------------------
+    def _generate(self, seg: Segment) -> None:
+        self._generate_sig(seg)
+        self._generate_run(seg)
+        self._generate_bind(seg)
+        seg.static_prepared = [st.trace.value if st.trace.kind == STATIC else None for st in seg.steps]
+        seg.static_plan_prepared = [st.trace.value if st.trace.kind == STATIC else None for st in seg.plan_nodes]
+
+    def _generate_sig(self, seg: Segment) -> None:
+        sg = self.sg
+        w = CodeWriter(f"{self.name}-sig{seg.index}")
+        names = {name: f"s{k}" for k, name in enumerate(seg.symbols)}
+        w.emit(f"def sig({', '.join(names.values())}):", 0)
+        coder = ExprCoder(w, names)
+        checks = []
+        shapes = []
+        for shape in seg.shapes:
+            dims = [coder.ref(d) for d in shape]
+            checks.extend(f"{r} < 0" for d, r in zip(shape, dims) if not is_nonneg(d))
+            shapes.append("(" + "".join(r + ", " for r in dims) + ")")
+        values = [coder.array(sg.values[s], sg.dtypes[s] or np.int64) for s in seg.value_slots]
+        prepared = [coder.struct(st.trace.value) for st in seg.symbolic_steps]
+        sizes = [coder.ref(n) for n in seg.block_sizes]
+        for idx in seg.nodes:
+            for a, relation, b in sg.guards.get(idx, ()):
+                checks.append(f"not ({coder.ref(a)} {relation} {coder.ref(b)})")
+        if checks:
+            w.emit(f"if {' or '.join(dict.fromkeys(checks))}: return None")
+        tup = lambda items: "(" + "".join(i + ", " for i in items) + ")"  # noqa: E731
+        w.emit(f"return {tup(shapes)}, {tup(values)}, {tup(prepared)}, {tup(sizes)}")
+        ns = w.compile()
+        seg.sig = ns["sig"]
+        seg.source["sig"] = ns["__source__"]
+
+    def _generate_run(self, seg: Segment) -> None:
+        w = CodeWriter(f"{self.name}-run{seg.index}")
+        w.namespace["_empty"] = np.empty
+        w.emit("def run(v, B, P, S):", 0)
+        if not seg.steps:
+            w.emit("return")
+        for pos, st in enumerate(seg.steps):
+            kern = w.const(st.kernel.compute, "k")
+            ins = ", ".join(f"v[{i}]" if i >= 0 else "None" for i in st.inputs)
+            items = []
+            inline = False
+            for k, spec in enumerate(st.outs):
+                if spec.kind == FRESH:
+                    w.emit(f"f{pos}_{k} = _empty(S[{spec.sid}], {w.const(spec.dtype, 'd')})")
+                    items.append(f"f{pos}_{k}")
+                    inline = True
+                elif spec.kind == FBLOCK:
+                    if spec.owner:
+                        w.emit(f"g{spec.ref} = _empty(S[{spec.sid}], {w.const(spec.dtype, 'd')})")
+                    items.append(f"g{spec.ref}.reshape(S[{spec.sid}])" if spec.reshape else f"g{spec.ref}")
+                    inline = True
+                else:
+                    items.append(f"B[{pos}][{k}]")
+            w.emit(f"b = [{', '.join(items)}]" if inline else f"b = B[{pos}]")
+            seg.run_lines[len(w.lines) + 1] = pos
+            w.emit(f"r = {kern}([{ins}], b, P[{pos}])")
+            written = [(k, o) for k, o in enumerate(st.outputs) if o >= 0]
+            if len(written) == 1:
+                k, o = written[0]
+                w.emit(f"v[{o}] = b[{k}] if r is None else r[{k}]")
+            elif written:
+                w.emit("if r is None:")
+                for k, o in written:
+                    w.emit(f"v[{o}] = b[{k}]", 2)
+                w.emit("else:")
+                for k, o in written:
+                    w.emit(f"v[{o}] = r[{k}]", 2)
+        ns = w.compile()
+        seg.run = ns["run"]
+        seg.source["run"] = ns["__source__"]
+
+    def _generate_bind(self, seg: Segment) -> None:
+        w = CodeWriter(f"{self.name}-bind{seg.index}")
+        w.emit("def bind(mk, S, O):", 0)
+        for j, (sid, dtype, local) in enumerate(seg.source["arena_arrays"]):
+            w.emit(f"a{j} = mk(S[{sid}], {w.const(dtype, 'd')}, O[{local}])")
+        lists = []
+        for st in seg.steps:
+            lists.append("[" + ", ".join(f"a{spec.ref}" if spec.kind == ARENA else "None" for spec in st.outs) + "]")
+        w.emit("return (" + "".join(x + ", " for x in lists) + ")")
+        ns = w.compile()
+        seg.bind = ns["bind"]
+
+    def _make_binder(self) -> Callable:
+        """``bind(shapes)``: feed shapes (input order) -> values of segment 0's symbols, or
+        None when two axes declared with one symbol got different values."""
+        pg = self.pg
+        first: dict = {}
+        w = CodeWriter(f"{self.name}-binder")
+        w.emit("def binder(shapes):", 0)
+        checks = []
+        for pos, slot in enumerate(pg.input_slots):
+            for axis, d in enumerate(self.input_dims.get(slot) or ()):
+                if isinstance(d, int):
+                    continue
+                name = next(iter(free_symbols(d)))
+                if name in first:
+                    checks.append(f"shapes[{pos}][{axis}] != {first[name]}")
+                else:
+                    first[name] = f"shapes[{pos}][{axis}]"
+        if checks:
+            w.emit(f"if {' or '.join(checks)}: return None")
+        values = "".join(first[name] + ", " for name in self.segments[0].symbols)
+        w.emit(f"return ({values})")
+        return w.compile()["binder"]
+
+    # --- subgraphs ---------------------------------------------------------------------
+    def _compile_body(self, graph) -> Any:
+        """The runner of a subgraph of this graph: outer constants become its constants,
+        other outer values its inputs with the dims they have here."""
+        from .subgraph import SubgraphRunner
+
+        constants, dims, dtypes = {}, {}, {}
+        for name in sorted(graph.outer_names()):
+            slot = self.pg.slot.get(name)
+            if slot is None:
+                continue
+            if self.template[slot] is not None:
+                constants[name] = self.template[slot]
+                continue
+            dims[name] = _outer_dims(name, self.sg.shapes[slot])
+            dtypes[name] = self.sg.dtypes[slot]
+        return SubgraphRunner(graph, self.pg.opsets, self.registry, allocator=self.allocator,
+                              outer_dims=dims, outer_dtypes=dtypes, outer_constants=constants,
+                              validate=self.validate)
+
+    # --- reports -------------------------------------------------------------------------
+    def describe(self) -> dict:
+        """Counts for inspection: steps, plan nodes, folded, binding, segments, traces."""
+        from collections import Counter
+        traces = Counter(st.trace.kind for st in self.steps)
+        return {"steps": len(self.steps), "plan_nodes": sum(len(s.plan_nodes) for s in self.segments),
+                "folded": self.sg.status.count(FOLDED), "binding": self.sg.status.count(BINDING),
+                "segments": len(self.segments), "prepare": dict(traces)}
+
+
+def _size_expr(shape, dtype) -> Optional[Any]:
+    """Bytes of a tensor as a dim expression; None when it cannot live in an arena."""
+    if shape is None or dtype is None or dtype.kind == "O":
+        return None
+    n: Any = dtype.itemsize
+    for d in shape:
+        n = n * d
+    return n
+
+
+def _outer_dims(name: str, shape) -> Optional[tuple]:
+    """An outer value's dims as a subgraph input: ints and plain symbols kept, any other
+    expression a symbol of its own (the subgraph binds it from the value it gets)."""
+    if shape is None:
+        return None
+    out = []
+    for axis, d in enumerate(shape):
+        if isinstance(d, int) or _plain_symbol(d):
+            out.append(d)
+        else:
+            out.append(sym(f"{name}:{axis}"))
+    return tuple(out)
+
+
+def _plain_symbol(d) -> bool:
+    if not isinstance(d, Expr):
+        return False
+    mono = d.as_monomial()
+    return mono is not None and mono[0] == 1 and len(mono[1]) == 1 and mono[1][0][1] == 1 \
+        and mono[1][0][0][0] == "s"
+
