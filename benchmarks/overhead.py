@@ -138,10 +138,11 @@ def cached_small(run, feeds) -> float:
 def new_shape_costs(run, path, shapes: list[dict], cached_runs: int, stats=None) -> list[dict]:
     """Per fresh shape: the first run's ms, the median ms of the cached runs that follow at that
     shape and, given a dynashape session's stats, the planning and execution ms the session
-    booked for the first run."""
+    booked for the first run. The feeds of every shape are made before any is timed: making
+    them reads the model file, which would evict the caches right before each first run."""
     out = []
-    for dims in shapes:
-        feeds = C.make_feeds(path, dims)
+    all_feeds = [C.make_feeds(path, dims) for dims in shapes]
+    for dims, feeds in zip(shapes, all_feeds):
         plan0, exec0 = (stats.planning_ms, stats.execution_ms) if stats else (0.0, 0.0)
         first = timed(lambda f=feeds: run(f)) * 1e3
         plan, execute = (stats.planning_ms - plan0, stats.execution_ms - exec0) if stats else (None, None)

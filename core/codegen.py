@@ -66,6 +66,7 @@ class ExprCoder:
         self.symbols = symbols
         self.indent = indent
         self._names: dict = {}
+        self._count = 0
 
     def ref(self, d) -> str:
         if isinstance(d, (int, np.integer)):
@@ -74,14 +75,17 @@ class ExprCoder:
         if name is not None:
             return name
         mono = d.as_monomial()
-        if mono is not None and mono[0] == 1 and len(mono[1]) == 1 and mono[1][0][1] == 1 \
-                and mono[1][0][0][0] == "s":
-            return self.symbols[mono[1][0][0][1]]
+        if mono is not None and mono[0] == 1 and len(mono[1]) == 1 and mono[1][0][1] == 1:
+            return self._atom(mono[1][0][0])   # a symbol or one function of dims
         code = self._poly(d)
-        name = f"e{len(self._names)}"
+        name = self._new_name()
         self.writer.emit(f"{name} = {code}", self.indent)
         self._names[d] = name
         return name
+
+    def _new_name(self) -> str:
+        self._count += 1
+        return f"e{self._count}"
 
     def _poly(self, d: Expr) -> str:
         parts = []
@@ -96,6 +100,17 @@ class ExprCoder:
         op, args = atom
         if op == "s":
             return self.symbols[args]
+        key = Expr.atom(atom)
+        name = self._names.get(key)
+        if name is not None:
+            return name
+        code = self._atom_code(op, args)
+        name = self._new_name()
+        self._names[key] = name
+        self.writer.emit(f"{name} = {code}", self.indent)
+        return name
+
+    def _atom_code(self, op: str, args) -> str:
         refs = [self.ref(a) for a in args]
         if op == "floordiv":
             return f"({refs[0]} // {refs[1]})"

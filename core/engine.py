@@ -26,7 +26,30 @@ from .program import Program
 from .registry import Registry
 from .symbolic import free_symbols, sym
 
-__all__ = ["Engine"]
+__all__ = ["Engine", "LiveStats"]
+
+
+class LiveStats:
+    """The counters of an engine, summed over its execution contexts each time one is read
+    (``runs``, ``cache_hits``, ``cache_misses``, ``planning_ms``, ``execution_ms``,
+    ``failed_runs``, ``symbolic_plans``, ``resolved_plans``, ``continuation_plans``)."""
+
+    __slots__ = ("_engine",)
+
+    def __init__(self, engine: "Engine"):
+        self._engine = engine
+
+    def snapshot(self) -> RunStats:
+        total = RunStats()
+        for ctx in list(self._engine._contexts):
+            total.add(ctx.stats)
+        return total
+
+    def __getattr__(self, name: str):
+        return getattr(self.snapshot(), name)
+
+    def __repr__(self) -> str:
+        return repr(self.snapshot()).replace("RunStats", "SessionStats", 1)
 
 
 class Engine:
@@ -101,11 +124,8 @@ class Engine:
         self._idle.append(ctx)
 
     @property
-    def stats(self) -> RunStats:
-        total = RunStats()
-        for ctx in list(self._contexts):
-            total.add(ctx.stats)
-        return total
+    def stats(self) -> "LiveStats":
+        return LiveStats(self)
 
     @property
     def last_context(self) -> Optional[ExecutionContext]:

@@ -20,7 +20,7 @@ import numpy as np
 
 from .errors import DynashapeError, ExecutionError, MemoryPlanError
 from .node import run_dynamic, run_kernel
-from .plan import Plan, build_plan
+from .plan import Plan, build_plan, step_error
 from .planner import check_no_overlap
 from .program import ARENA, FBLOCK, FRESH, Program, Segment
 
@@ -30,6 +30,8 @@ __all__ = ["Arena", "ExecutionContext", "RunStats", "MAX_CONTINUATIONS"]
 MAX_CONTINUATIONS = 32
 #: Plans an execution context keeps buffers bound for.
 MAX_BINDINGS = 64
+#: An arena that grows takes at least this many times its old capacity.
+GROWTH = 1.5
 
 
 class Arena:
@@ -45,9 +47,11 @@ class Arena:
         return int(self.buffer.nbytes)
 
     def reserve(self, nbytes: int) -> bool:
-        """Grow to at least ``nbytes`` (a new buffer); True when it grew."""
+        """Grow to at least ``nbytes``, and at least GROWTH times the old capacity (a new
+        buffer: growing shapes, as in decoding, touch fresh pages rarely); True when it grew."""
         if nbytes <= self.capacity:
             return False
+        nbytes = max(nbytes, int(self.capacity * GROWTH) // 64 * 64)
         raw = np.empty(nbytes + 64, dtype=np.uint8)
         shift = (-raw.ctypes.data) % 64
         self.buffer = raw[shift:shift + nbytes]
@@ -59,21 +63,8 @@ class Arena:
         self.buffer = np.empty(0, dtype=np.uint8)
         self.generation += 1
 
-    def maker(self):
-        """``mk(shape, dtype, offset)``: an array of ``shape`` at ``offset`` in this buffer."""
-        buf, nd = self.buffer, np.ndarray
-        top = buf.nbytes
-
-        def mk(shape, dtype, offset):
-            return nd(shape, dtype, buf, min(offset, top))
-        return mk
-
     def view(self, offset: int, shape: tuple, dtype: np.dtype) -> np.ndarray:
         return np.ndarray(shape, dtype, self.buffer, offset)
-
-
-def _naive_maker(shape, dtype, offset):
-    return np.empty(shape, dtype)
 
 
 @dataclass
@@ -130,12 +121,12 @@ class ExecutionContext:
                 return entry[2]
             if arena.reserve(plan.arena_bytes):
                 self.bindings.clear()     # views of the old buffer: let it go
-            mk, generation = arena.maker(), arena.generation
+            buf, generation = arena.buffer, arena.generation
         else:
             if entry is not None:
                 return entry[2]
-            mk, generation = _naive_maker, 0
-        buffers = seg.bind(mk, plan.shapes, plan.offsets)
+            buf, generation = None, 0
+        buffers = seg.bind(buf, plan.shapes, plan.offsets)
         if len(self.bindings) >= MAX_BINDINGS:
             self.bindings.pop(next(iter(self.bindings)))
         self.bindings[id(plan)] = (plan, generation, buffers)
@@ -162,7 +153,7 @@ class ExecutionContext:
                     except DynashapeError:
                         raise
                     except Exception as exc:
-                        raise _step_error(seg, exc) from exc
+                        raise step_error(seg.steps, seg.run_lines, "run", exc) from exc
             if not seg.binding:
                 break
             key = _run_binding_nodes(program, seg, v)
@@ -217,21 +208,6 @@ def _run_binding_nodes(program: Program, seg: Segment, v: list) -> tuple:
             raise ExecutionError(f"{node.op_type} node '{node.name}' produced '{pg.names[slot]}' with shape "
                                  f"{list(shape)}, its inference said {want}")
     return tuple(np.shape(v[slot])[axis] for slot, axis, _ in seg.binds)
-
-
-def _step_error(seg: Segment, exc: Exception) -> ExecutionError:
-    """An ExecutionError naming the node whose kernel raised inside a generated run."""
-    tb = exc.__traceback__
-    pos = None
-    while tb is not None:
-        code = tb.tb_frame.f_code
-        if code.co_name == "run" and code.co_filename.startswith("<dynashape-"):
-            pos = seg.run_lines.get(tb.tb_lineno)
-        tb = tb.tb_next
-    if pos is None:
-        return ExecutionError(f"execution failed: {type(exc).__name__}: {exc}")
-    node = seg.steps[pos].node.node
-    return ExecutionError(f"{node.op_type} node '{node.name}' failed: {type(exc).__name__}: {exc}")
 
 
 def check_plan_memory(plan: Plan) -> None:

@@ -21,11 +21,11 @@ from typing import Any, Optional
 import numpy as np
 
 from .codegen import CodeWriter
-from .errors import PlanCheckError
-from .node import CONCRETE, STATIC, SYMBOLIC, fold, infer, make_context, run_kernel
+from .errors import DynashapeError, ExecutionError, PlanCheckError
+from .node import STATIC, fold, infer, make_context
 from .planner import Block, MemoryPlan, align, order_by_offset, plan_offsets, write_layout
 from .records import InferContext
-from .program import FRESH, Program, Segment
+from .program import Program, Segment
 from .symbolic import evaluate
 from .symbolic_inference import BINDING, FOLDED
 
@@ -146,22 +146,25 @@ def build_plan(program: Program, segment: Segment, env: dict, known: Optional[li
     for slot, value in zip(segment.value_slots, values):
         vals[slot] = value
         plan.values.append((slot, value))
-    plan.prepared = _prepared(segment.steps, segment.static_prepared, symbolic_prepared, shapes, vals, program)
-    _run_plan_nodes(plan, segment, symbolic_prepared, shapes, vals)
+    plan.prepared = _prepared(segment.steps, segment.static_prepared, segment.symbolic_positions,
+                              segment.concrete_positions, symbolic_prepared, shapes, vals, program)
+    if segment.plan_nodes:
+        _run_plan_nodes(plan, segment, symbolic_prepared, shapes, vals)
     _layout(plan, segment, sizes)
     plan.planning_ms = (time.perf_counter() - t0) * 1e3
     return plan
 
 
-def _prepared(steps: list, static: list, symbolic_prepared: tuple, shapes: tuple, vals: list,
-              program: Program) -> list:
+def _prepared(steps: list, static: list, symbolic_positions: list, concrete_positions: list,
+              symbolic_prepared: tuple, shapes: tuple, vals: list, program: Program) -> list:
+    """Each step's prepared argument: static ones shared, symbolic ones from ``sig``, the
+    rest from ``prepare`` with concrete shapes."""
     prepared = list(static)
-    for pos, st in enumerate(steps):
-        kind = st.trace.kind
-        if kind == SYMBOLIC:
-            prepared[pos] = symbolic_prepared[st.qid]
-        elif kind == CONCRETE:
-            prepared[pos] = st.kernel.prepare(_concrete_context(program, st, shapes, vals))
+    for pos, qid in symbolic_positions:
+        prepared[pos] = symbolic_prepared[qid]
+    for pos in concrete_positions:
+        st = steps[pos]
+        prepared[pos] = st.kernel.prepare(_concrete_context(program, st, shapes, vals))
     return prepared
 
 
@@ -179,18 +182,31 @@ def _concrete_context(program: Program, st, shapes: tuple, vals: list):
 
 def _run_plan_nodes(plan: Plan, segment: Segment, symbolic_prepared: tuple, shapes: tuple, vals: list) -> None:
     """Run the nodes whose outputs depend only on shapes, once for this signature."""
-    if not segment.plan_nodes:
-        return
-    program = plan.program
-    prepared = _prepared(segment.plan_nodes, segment.static_plan_prepared, symbolic_prepared, shapes, vals, program)
-    for st, prep in zip(segment.plan_nodes, prepared):
-        outs = [np.empty(shapes[spec.sid], spec.dtype) if spec.kind == FRESH else None for spec in st.outs]
-        res = run_kernel(st.node, st.kernel.compute, prep, [vals[i] if i >= 0 else None for i in st.inputs], outs)
-        for o, value in zip(st.outputs, res):
-            if o >= 0:
-                vals[o] = value
-                if segment.index > 0:
-                    plan.values.append((o, value))
+    prepared = _prepared(segment.plan_nodes, segment.static_plan_prepared, segment.plan_symbolic_positions,
+                         segment.plan_concrete_positions, symbolic_prepared, shapes, vals, plan.program)
+    try:
+        segment.run_plan(vals, None, prepared, shapes)
+    except DynashapeError:
+        raise
+    except Exception as exc:
+        raise step_error(segment.plan_nodes, segment.plan_lines, "run_plan", exc) from exc
+    if segment.index > 0:
+        plan.values.extend((o, vals[o]) for o in segment.plan_outputs)
+
+
+def step_error(steps: list, lines: dict, name: str, exc: Exception) -> ExecutionError:
+    """An ExecutionError naming the node whose kernel raised inside generated code ``name``."""
+    tb = exc.__traceback__
+    pos = None
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_name == name and code.co_filename.startswith("<dynashape-"):
+            pos = lines.get(tb.tb_lineno)
+        tb = tb.tb_next
+    if pos is None:
+        return ExecutionError(f"execution failed: {type(exc).__name__}: {exc}")
+    node = steps[pos].node.node
+    return ExecutionError(f"{node.op_type} node '{node.name}' failed: {type(exc).__name__}: {exc}")
 
 
 def _layout(plan: Plan, segment: Segment, sizes: tuple) -> None:

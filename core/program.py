@@ -92,8 +92,15 @@ class Segment:
     static_plan_prepared: list = field(default_factory=list)
     sig: Optional[Callable] = None
     run: Optional[Callable] = None
+    run_plan: Optional[Callable] = None
     bind: Optional[Callable] = None
     run_lines: dict = field(default_factory=dict)   # line of the generated run -> step position
+    plan_lines: dict = field(default_factory=dict)  # line of the generated run_plan -> plan node
+    symbolic_positions: list = field(default_factory=list)   # (step position, qid)
+    concrete_positions: list = field(default_factory=list)   # step positions prepared per signature
+    plan_symbolic_positions: list = field(default_factory=list)
+    plan_concrete_positions: list = field(default_factory=list)
+    plan_outputs: list = field(default_factory=list)          # slots the plan nodes write
     layouts: list = field(default_factory=list)     # [(order, layout fn)], most recent first
     source: dict = field(default_factory=dict)
 
@@ -362,10 +369,19 @@ class Program:
     # --- generated code ----------------------------------------------------------------
     def _generate(self, seg: Segment) -> None:
         self._generate_sig(seg)
-        self._generate_run(seg)
+        seg.run = self._generate_calls(seg, seg.steps, "run", seg.run_lines, bound=True)
+        seg.run_plan = self._generate_calls(seg, seg.plan_nodes, "run_plan", seg.plan_lines, bound=False)
         self._generate_bind(seg)
         seg.static_prepared = [st.trace.value if st.trace.kind == STATIC else None for st in seg.steps]
         seg.static_plan_prepared = [st.trace.value if st.trace.kind == STATIC else None for st in seg.plan_nodes]
+        for steps, symbolic, concrete in ((seg.steps, seg.symbolic_positions, seg.concrete_positions),
+                                          (seg.plan_nodes, seg.plan_symbolic_positions, seg.plan_concrete_positions)):
+            for pos, st in enumerate(steps):
+                if st.trace.kind == SYMBOLIC:
+                    symbolic.append((pos, st.qid))
+                elif st.trace.kind == CONCRETE:
+                    concrete.append(pos)
+        seg.plan_outputs = [o for st in seg.plan_nodes for o in st.outputs if o >= 0]
 
     def _generate_sig(self, seg: Segment) -> None:
         sg = self.sg
@@ -379,7 +395,14 @@ class Program:
             dims = [coder.ref(d) for d in shape]
             checks.extend(f"{r} < 0" for d, r in zip(shape, dims) if not is_nonneg(d))
             shapes.append("(" + "".join(r + ", " for r in dims) + ")")
-        values = [coder.array(sg.values[s], sg.dtypes[s] or np.int64) for s in seg.value_slots]
+        made: dict = {}
+        values = []
+        for s in seg.value_slots:     # equal symbolic values are made once and shared (never written)
+            code = coder.array(sg.values[s], sg.dtypes[s] or np.int64)
+            if code not in made:
+                made[code] = f"x{len(made)}"
+                w.emit(f"{made[code]} = {code}")
+            values.append(made[code])
         prepared = [coder.struct(st.trace.value) for st in seg.symbolic_steps]
         sizes = [coder.ref(n) for n in seg.block_sizes]
         for idx in seg.nodes:
@@ -393,13 +416,16 @@ class Program:
         seg.sig = ns["sig"]
         seg.source["sig"] = ns["__source__"]
 
-    def _generate_run(self, seg: Segment) -> None:
-        w = CodeWriter(f"{self.name}-run{seg.index}")
+    def _generate_calls(self, seg: Segment, steps: list, name: str, lines: dict, bound: bool) -> Callable:
+        """``name(v, B, P, S)``: call each step's kernel in order with its inputs from the value
+        list ``v``, its output buffers (``B[pos]`` made by ``bind`` when ``bound``, or fresh
+        arrays of shapes ``S``) and its prepared argument ``P[pos]``; store its outputs in ``v``."""
+        w = CodeWriter(f"{self.name}-{name}{seg.index}")
         w.namespace["_empty"] = np.empty
-        w.emit("def run(v, B, P, S):", 0)
-        if not seg.steps:
+        w.emit(f"def {name}(v, B, P, S):", 0)
+        if not steps:
             w.emit("return")
-        for pos, st in enumerate(seg.steps):
+        for pos, st in enumerate(steps):
             kern = w.const(st.kernel.compute, "k")
             ins = ", ".join(f"v[{i}]" if i >= 0 else "None" for i in st.inputs)
             items = []
@@ -414,10 +440,12 @@ class Program:
                         w.emit(f"g{spec.ref} = _empty(S[{spec.sid}], {w.const(spec.dtype, 'd')})")
                     items.append(f"g{spec.ref}.reshape(S[{spec.sid}])" if spec.reshape else f"g{spec.ref}")
                     inline = True
-                else:
+                elif spec.kind == ARENA:
                     items.append(f"B[{pos}][{k}]")
-            w.emit(f"b = [{', '.join(items)}]" if inline else f"b = B[{pos}]")
-            seg.run_lines[len(w.lines) + 1] = pos
+                else:
+                    items.append("None")
+            w.emit(f"b = [{', '.join(items)}]" if inline or not bound else f"b = B[{pos}]")
+            lines[len(w.lines) + 1] = pos
             w.emit(f"r = {kern}([{ins}], b, P[{pos}])")
             written = [(k, o) for k, o in enumerate(st.outputs) if o >= 0]
             if len(written) == 1:
@@ -431,14 +459,19 @@ class Program:
                 for k, o in written:
                     w.emit(f"v[{o}] = r[{k}]", 2)
         ns = w.compile()
-        seg.run = ns["run"]
-        seg.source["run"] = ns["__source__"]
+        seg.source[name] = ns["__source__"]
+        return ns[name]
 
     def _generate_bind(self, seg: Segment) -> None:
+        """``bind(buf, S, O)``: the output buffers of every step of the segment: views of the
+        arena ``buf`` at offsets ``O`` (pool), or one new array per block (naive)."""
         w = CodeWriter(f"{self.name}-bind{seg.index}")
-        w.emit("def bind(mk, S, O):", 0)
+        w.namespace["_nd"], w.namespace["_empty"] = np.ndarray, np.empty
+        w.emit("def bind(buf, S, O):", 0)
         for j, (sid, dtype, local) in enumerate(seg.source["arena_arrays"]):
-            w.emit(f"a{j} = mk(S[{sid}], {w.const(dtype, 'd')}, O[{local}])")
+            dt = w.const(dtype, "d")
+            w.emit(f"a{j} = _nd(S[{sid}], {dt}, buf, O[{local}])" if self.allocator == "pool"
+                   else f"a{j} = _empty(S[{sid}], {dt})")
         lists = []
         for st in seg.steps:
             lists.append("[" + ", ".join(f"a{spec.ref}" if spec.kind == ARENA else "None" for spec in st.outs) + "]")

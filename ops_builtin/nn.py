@@ -18,6 +18,7 @@ Source: ONNX operator spec (Operators.md), sections named in each docstring.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass
 
@@ -163,10 +164,19 @@ def _taps(a_shape, b_shape, geom: _Geometry) -> tuple[list, bool]:
     """All non-empty N-D taps as (flat tap index, a index tuple, b index tuple); and whether
     every tap covers all of ``a`` (no padding region anywhere).
 
-    Index tuples start with two full slices for the (N, C) axes.
+    Index tuples start with two full slices for the (N, C) axes. Memoised by geometry (a
+    new batch size, the usual new signature, reuses the taps of the last one).
     """
+    taps, all_full = _taps_of(tuple(a_shape), tuple(b_shape), tuple(geom.kernel), tuple(geom.strides),
+                              tuple(geom.dilations), tuple(geom.pads_begin))
+    return list(taps), all_full
+
+
+@functools.lru_cache(maxsize=1024)
+def _taps_of(a_shape: tuple, b_shape: tuple, kernel: tuple, strides: tuple, dilations: tuple,
+             pads_begin: tuple) -> tuple[tuple, bool]:
     per_axis = [_axis_taps(a, b, k, s, d, p) for a, b, k, s, d, p in
-                zip(a_shape, b_shape, geom.kernel, geom.strides, geom.dilations, geom.pads_begin)]
+                zip(a_shape, b_shape, kernel, strides, dilations, pads_begin)]
     out, all_full = [], True
     lead = (slice(None), slice(None))
     for flat, combo in enumerate(itertools.product(*per_axis)):
@@ -175,7 +185,7 @@ def _taps(a_shape, b_shape, geom: _Geometry) -> tuple[list, bool]:
             continue
         all_full = all_full and all(c[2] for c in combo)
         out.append((flat, lead + tuple(c[0] for c in combo), lead + tuple(c[1] for c in combo)))
-    return out, all_full
+    return tuple(out), all_full
 
 
 def _spatial_kernel(ctx, x_shape, w_shape=None, *, required: bool) -> list:
@@ -287,14 +297,27 @@ def _conv_bands(x, out, geom: _Geometry, group: int, m: int, k: int, itemsize: i
         sub = _Geometry(geom.kernel, geom.strides, geom.dilations,
                         (geom.pads_begin[0] - r0 * geom.strides[0],) + geom.pads_begin[1:], None,
                         (r1 - r0,) + tuple(out[1:]))
-        taps, all_full = _taps(sub.out, x[2:], sub)
+        taps, all_full = _im2col_taps(sub, tuple(x[2:]))
         size = (r1 - r0) * rest
         bands.append(_ConvBand(
             rows=None if rows_per_band >= out[0] else slice(r0, r1),
-            taps=tuple(((slice(None), t, slice(None)) + a[2:], b) for t, a, b in taps),
+            taps=taps,
             cols_shape=(c, k, n) + sub.out, zero_fill=not all_full,
             mat_shape=(group, (c // group) * k, n * size), res_shape=(group, m // group, n * size)))
     return tuple(bands)
+
+
+def _im2col_taps(sub: _Geometry, in_spatial: tuple) -> tuple[tuple, bool]:
+    """The taps of one band as (cols index, X index) pairs (memoised by geometry)."""
+    return _im2col_taps_of(tuple(sub.out), in_spatial, tuple(sub.kernel), tuple(sub.strides),
+                           tuple(sub.dilations), tuple(sub.pads_begin))
+
+
+@functools.lru_cache(maxsize=1024)
+def _im2col_taps_of(out: tuple, in_spatial: tuple, kernel: tuple, strides: tuple, dilations: tuple,
+                    pads_begin: tuple) -> tuple[tuple, bool]:
+    taps, all_full = _taps_of(out, in_spatial, kernel, strides, dilations, pads_begin)
+    return tuple(((slice(None), t, slice(None)) + a[2:], b) for t, a, b in taps), all_full
 
 
 def _conv_prepare(ctx) -> _ConvPlan:

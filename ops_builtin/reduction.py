@@ -416,7 +416,6 @@ class _SoftmaxPlan(NamedTuple):
     shape2: tuple | None   # the 2-D coercion (opset < 13) or None
     axis: int                 # axis of the (possibly coerced) array
     work: np.dtype | None
-    empty: bool
 
 
 def _softmax_prepare(ctx):
@@ -425,13 +424,12 @@ def _softmax_prepare(ctx):
     # float16 runs natively (numpy has float16 ufuncs), rounding like the ONNX reference;
     # bfloat16/float8 have no exp of their own and go through float32
     work = _F32 if _is_low_float(dt) and dt != np.float16 else None
-    empty = numel(shape) == 0
     if len(shape) == 0:
-        return _SoftmaxPlan((1, 1), 1, work, empty)
+        return _SoftmaxPlan((1, 1), 1, work)
     axis = _softmax_axis(ctx, len(shape))
     if ctx.opset < 13:
-        return _SoftmaxPlan((numel(shape[:axis]), numel(shape[axis:])), 1, work, empty)
-    return _SoftmaxPlan(None, axis, work, empty)
+        return _SoftmaxPlan((numel(shape[:axis]), numel(shape[axis:])), 1, work)
+    return _SoftmaxPlan(None, axis, work)
 
 
 def _softmax_body(x, out, axis):
@@ -453,9 +451,9 @@ def _hardmax_body(x, out, axis):
 
 
 def _run_softmax(body: Callable, inputs, outputs, plan: _SoftmaxPlan):
-    if plan.empty:
-        return
     x, out = inputs[0], outputs[0]
+    if x.size == 0:
+        return
     if plan.shape2 is not None:
         x, out = x.reshape(plan.shape2), out.reshape(plan.shape2)
     if plan.work is None:

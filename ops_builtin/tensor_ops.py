@@ -430,8 +430,26 @@ def _slice_index(shape, spec):
 
 
 def _slice_prepare(ctx):
-    spec = _slice_spec(ctx, len(ctx.input_shapes[0]))
-    return (None, ctx) if spec is None else (_slice_index(ctx.input_shapes[0], spec), None)
+    shape = ctx.input_shapes[0]
+    spec = _slice_spec(ctx, len(shape))
+    if spec is None:
+        return None, ctx
+    if all(isinstance(v, int) for axis, start, end, _ in spec for v in (shape[axis], start, end)):
+        return _slice_index(shape, spec), None
+    return _symbolic_slice_index(shape, spec), None
+
+
+def _symbolic_slice_index(shape, spec):
+    """The index of a forward slice with symbolic dims or bounds (``x[:, past:past+n]``):
+    each bound clamped to [0, d] as ONNX does, kept as expressions. Raises TypeError for
+    what needs concrete values (negative steps, bounds that may be negative)."""
+    index = [slice(None)] * len(shape)
+    for axis, start, end, step in spec:
+        if step < 0 or any(isinstance(v, Expr) and not _nonneg(v) for v in (start, end)):
+            raise TypeError("a reverse slice or a possibly negative symbolic bound needs concrete values")
+        d = shape[axis]
+        index[axis] = slice(_fwd_pos(start, d), _fwd_pos(end, d), step)
+    return tuple(index)
 
 
 @lib.kernel("Slice", prepare=_slice_prepare)
