@@ -266,9 +266,13 @@ class Program:
         producer = pg.producer
         seg_of = self.segment_of_node()
         readers: set = set(pg.output_slots)
+        traced = {st.index: st for seg in self.segments for st in seg.steps + seg.plan_nodes}
         for idx, pn in enumerate(pg.nodes):
-            if status[idx] != FOLDED:
-                readers.update(i for i in pn.all_inputs if i >= 0)
+            if status[idx] == FOLDED:
+                continue
+            st = traced.get(idx)
+            reads = st.kernel.reads if st is not None and st.trace.kind != CONCRETE else None
+            readers.update(i for j, i in enumerate(pn.all_inputs) if i >= 0 and (reads is None or j in reads))
         for seg in self.segments:
             self._assign_outputs(seg)
             for st in seg.steps + seg.plan_nodes:

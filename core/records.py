@@ -109,6 +109,9 @@ class KernelDef:
         priority: the highest priority among matching kernels wins; equal priority and
             overlapping ranges and dtypes is an error at registry build time.
         may_inplace: ``(output, input)`` pairs the kernel can compute in place.
+        reads: indices of the inputs ``compute`` reads (None: all). An input it never reads
+            (a Reshape's ``shape``: its value is already in the prepared argument) is not
+            made for it when it is computed from shapes alone.
     """
 
     op_type: str
@@ -122,6 +125,7 @@ class KernelDef:
     prepare: Optional[PrepareFn] = None
     may_inplace: tuple = ()
     priority: int = 0
+    reads: Optional[tuple] = None
     plugin: str = ""
 
     def covers(self, opset: int) -> bool:

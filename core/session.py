@@ -47,6 +47,29 @@ class NodeArg:
     type: str
 
 
+def _feed_checker(inputs: Sequence[ValueInfo]):
+    """``fit(arrays)``: True when the arrays (in input order) have the declared dtypes, ranks
+    and fixed dims (generated once: a new signature checks its feeds in one call; a False
+    answer runs the validation that explains what is wrong)."""
+    from .codegen import CodeWriter
+
+    w = CodeWriter("feed-check")
+    w.emit("def fit(a):", 0)
+    conds = []
+    for pos, vi in enumerate(inputs):
+        want = vi.dtype
+        if want is not None and want != object:
+            conds.append(f"a[{pos}].dtype != {w.const(want, 'd')}")
+        elif want == object:
+            conds.append(f"a[{pos}].dtype.kind not in 'OUS'")
+        if vi.dims is None:
+            continue
+        conds.append(f"a[{pos}].ndim != {len(vi.dims)}")
+        conds.extend(f"a[{pos}].shape[{axis}] != {d.value}" for axis, d in enumerate(vi.dims) if d.kind == FIXED)
+    w.emit(f"return not ({' or '.join(conds) if conds else 'False'})")
+    return w.compile()["fit"]
+
+
 def _node_arg(vi: ValueInfo) -> NodeArg:
     shape = None if vi.dims is None else [d.display for d in vi.dims]
     return NodeArg(vi.name, shape, vi.type)
@@ -104,6 +127,7 @@ class InferenceSession:
         self._input_names = [vi.name for vi in self._inputs]
         self._output_index = {vi.name: i for i, vi in enumerate(self._outputs)}
         self._all_outputs = list(range(len(self._outputs)))
+        self._feeds_fit = _feed_checker(self._inputs)
         self.shape_conflicts = self._declared_vs_inferred()
 
     # description ------------------------------------------------------------
@@ -190,7 +214,8 @@ class InferenceSession:
             key.append(a.dtype)
         key_t = tuple(key)
         plan = self.engine.cached_plan(key_t)
-        if plan is None or len(input_feed) != len(feeds):
+        if plan is None and (len(input_feed) != len(feeds) or not self._feeds_fit(feeds) or self.strict_dim_params) \
+                or plan is not None and len(input_feed) != len(feeds):
             try:
                 self._validate(input_feed)
             except Exception:

@@ -256,7 +256,7 @@ lib.op("Reshape", since_version=1, infer_dtype=same_dtype(0), aliases=((0, 0),),
        propagate_value=_propagate_view(_reshape_infer))(_reshape_shape)
 lib.op("Reshape", since_version=(5, 13, 14, 19, 21, 23, 24, 25), infer_dtype=same_dtype(0),
        aliases=((0, 0),), value_inputs=(1,), propagate_value=_propagate_view(_reshape_infer))(_reshape_shape)
-lib.kernel("Reshape", prepare=_view_prepare)(_view_kernel)
+lib.kernel("Reshape", prepare=_view_prepare, reads=(0,))(_view_kernel)
 
 
 # Squeeze, Unsqueeze --------------------------------------------------------------------
@@ -304,7 +304,7 @@ lib.op("Squeeze", since_version=(1, 11), infer_dtype=same_dtype(0), aliases=((0,
        propagate_value=_propagate_view(_squeeze_infer))(_squeeze_shape)
 lib.op("Squeeze", since_version=(13, 21, 23, 24, 25), infer_dtype=same_dtype(0), aliases=((0, 0),),
        value_inputs=(1,), propagate_value=_propagate_view(_squeeze_infer))(_squeeze_shape)
-lib.kernel("Squeeze", prepare=_view_prepare)(_view_kernel)
+lib.kernel("Squeeze", prepare=_view_prepare, reads=(0,))(_view_kernel)
 
 
 def _unsqueeze_infer(ctx):
@@ -344,7 +344,7 @@ lib.op("Unsqueeze", since_version=(1, 11), infer_dtype=same_dtype(0), aliases=((
        propagate_value=_propagate_view(_unsqueeze_infer))(_unsqueeze_shape)
 lib.op("Unsqueeze", since_version=(13, 21, 23, 24, 25), infer_dtype=same_dtype(0), aliases=((0, 0),),
        value_inputs=(1,), propagate_value=_propagate_view(_unsqueeze_infer))(_unsqueeze_shape)
-lib.kernel("Unsqueeze", prepare=_view_prepare)(_view_kernel)
+lib.kernel("Unsqueeze", prepare=_view_prepare, reads=(0,))(_view_kernel)
 
 
 # Flatten, Identity ---------------------------------------------------------------------
@@ -376,7 +376,7 @@ def _flatten_shape(ctx):
     return _flatten_infer(ctx)
 
 
-lib.kernel("Flatten", prepare=_view_prepare)(_view_kernel)
+lib.kernel("Flatten", prepare=_view_prepare, reads=(0,))(_view_kernel)
 
 
 @lib.op("Identity", since_version=(1, 13, 14, 16, 19, 21, 23, 24, 25), infer_dtype=same_dtype(0),
