@@ -238,8 +238,13 @@ def _py(v):
 
 
 def _symbolic_values(ctx, indices):
-    """The input values as object arrays of dims when at least one is symbolic, else None."""
+    """The input values as object arrays of dims when at least one is symbolic, else None.
+
+    Only integer tensors carry symbolic values through arithmetic (a dim cast to float
+    keeps its value, but float division is not floor division)."""
     if ctx.opset < 7 and len(indices) == 2 and ctx.attr("broadcast", 0):
+        return None
+    if any(d is not None and np.dtype(d).kind not in "iu" for d in (ctx.dtype(i) for i in indices)):
         return None
     vals = [ctx.value(i) for i in indices]
     if any(v is None for v in vals) or not any(np.asarray(v).dtype == object for v in vals):

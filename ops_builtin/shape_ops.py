@@ -530,7 +530,12 @@ def _range_count(ctx, start, limit, delta):
     if delta == 0:
         ctx.fail("delta must not be 0", kind="RangeZeroDelta")
     if isinstance(start, Expr) or isinstance(limit, Expr):
-        if not isinstance(delta, int):
+        # symbolic bounds are whole numbers (dims, also when cast to float): an integral
+        # float delta counts like an int one
+        if isinstance(delta, float) and delta.is_integer():
+            delta = int(delta)
+        start, limit = (int(v) if isinstance(v, float) and v.is_integer() else v for v in (start, limit))
+        if not isinstance(delta, int) or isinstance(start, float) or isinstance(limit, float):
             return None
         n = -((start - limit) // delta)
         return n if _provably_nonneg(n) else dim_max(n, 0)
@@ -807,11 +812,21 @@ def _cast_propagate(ctx, dst: np.dtype):
         return None
     value = np.asarray(value)
     if value.dtype == object:
-        if not is_integer(dst) or not all(isinstance(v, (int, Expr, np.integer)) for v in value.reshape(-1)):
+        items = value.reshape(-1).tolist()
+        if not all(isinstance(v, (int, Expr, np.integer)) for v in items):
             return None
-        if all(isinstance(v, (int, np.integer)) for v in value.reshape(-1)):
+        if all(isinstance(v, (int, np.integer)) for v in items):
             return value.astype(np.int64).astype(dst)
-        return value  # symbolic dims stay symbolic across int -> int casts
+        if is_integer(dst):
+            return value  # symbolic dims stay symbolic across int -> int casts
+        if dst in (np.dtype(np.float32), np.dtype(np.float64)):
+            # a dim cast to float keeps its value while it is exactly representable
+            exact = 1 << (24 if dst == np.float32 else 53)
+            for v in items:
+                if isinstance(v, Expr):
+                    ctx.assume(exact, ">", v)
+            return value
+        return None
     if is_integer(value.dtype) and is_integer(dst) and value.dtype.kind in "iu" and dst.kind in "iu":
         return value.astype(dst)
     return None

@@ -17,7 +17,7 @@ from dynashape.testing import infer_node, run_node
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from tests.conftest import assert_broadcast_mismatch, assert_runs_match_ort
+from tests.conftest import assert_broadcast_mismatch, assert_runs_match_ort, ort_run
 
 B, S = sym("batch"), sym("seq")
 I64 = np.int64
@@ -548,8 +548,32 @@ def test_cast_propagate_keeps_symbols():
     assert list(v) == [B, 3]
     (v,) = propagate("Cast", [(2,)], [I64], [np.array([1, 2], I64)], {"to": TensorProto.INT32})
     assert_same(v, np.array([1, 2], np.int32))
+    # a dim cast to float32/float64 keeps its (whole) value; float16 cannot hold every dim
     (v,) = propagate("Cast", [(2,)], [I64], [obj(B, 3)], {"to": TensorProto.FLOAT})
+    assert list(v) == [B, 3]
+    (v,) = propagate("Cast", [(2,)], [I64], [obj(B, 3)], {"to": TensorProto.FLOAT16})
     assert v is None
+
+
+def test_a_dim_cast_to_float_feeds_a_range_planned_per_signature():
+    # Range(0.0, float(seq), 1.0): its length is seq; its values are made once per signature
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", "seq"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    nodes = [helper.make_node("Shape", ["x"], ["s"], start=1), helper.make_node("Squeeze", ["s"], ["n1"]),
+             helper.make_node("Cast", ["n1"], ["nf"], to=TensorProto.FLOAT),
+             helper.make_node("Range", ["zero", "nf", "step"], ["pos"]),
+             helper.make_node("Add", ["x", "pos"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(0, np.float32), "zero"),
+             numpy_helper.from_array(np.array(1, np.float32), "step")]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [y], inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    sess = dynashape.InferenceSession(model)
+    assert [st for st in sess.symbolic.status] == ["folded", "folded", "folded", "plan", "step"]
+    for n, seq in ((2, 3), (1, 0), (3, 5)):
+        xs = np.ones((n, seq), np.float32)
+        (out,) = sess.run(None, {"x": xs})
+        np.testing.assert_array_equal(out, xs + np.arange(seq, dtype=np.float32))
+        np.testing.assert_array_equal(out, ort_run(model, {"x": xs})[0])
 
 
 def test_castlike():
