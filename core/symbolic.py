@@ -174,6 +174,11 @@ class Expr:
         return None
 
 
+def _member(x: "Expr", items) -> bool:
+    """``x in items`` by structure (never the value comparison of strict mode)."""
+    return any(isinstance(y, Expr) and y._key == x._key for y in items)
+
+
 def _mono_mul(m1: tuple, m2: tuple) -> tuple:
     if not m1:
         return m2
@@ -248,7 +253,7 @@ def floordiv(a: Dim, b: Dim) -> Dim:
             return Expr._wrap({m: c // b for m, c in a._terms.items()})
     else:
         mono = b.as_monomial()
-        if mono is not None and a != 0:
+        if mono is not None and not (isinstance(a, int) and a == 0):
             coef, dm = mono
             out = {}
             for m, c in Expr._terms_of(a).items():
@@ -296,7 +301,7 @@ def _minmax(op: str, args: Iterable[Dim]) -> Dim:
     consts = [x for x in flat if isinstance(x, int)]
     exprs: list = []
     for x in flat:
-        if isinstance(x, Expr) and x not in exprs:
+        if isinstance(x, Expr) and not _member(x, exprs):
             exprs.append(x)
     # max(x, min(x, ...)) == x and min(x, max(x, ...)) == x: the inner one never wins
     other = "min" if op == "max" else "max"
@@ -326,7 +331,7 @@ def _absorbed(e, other: str, exprs: list) -> bool:
     if not mono or mono[0] != 1 or len(mono[1]) != 1 or mono[1][0][1] != 1:
         return False
     atom = mono[1][0][0]
-    return atom[0] == other and any(x is not e and x in atom[1] for x in exprs)
+    return atom[0] == other and any(x is not e and _member(x, atom[1]) for x in exprs)
 
 
 def dim_max(*args: Dim) -> Dim:
@@ -384,7 +389,7 @@ def dim_broadcast(*dims: Dim) -> Dim:
     exprs: list = []
     for x in _flatten("broadcast", dims):
         if isinstance(x, Expr):
-            if x not in exprs:
+            if not _member(x, exprs):
                 exprs.append(x)
         else:
             const = broadcast_ints(const, int(x))
@@ -449,7 +454,8 @@ def dim_str(d) -> str:
 
 def is_nonneg(d) -> bool:
     """True when ``d`` is provably >= 0: a non-negative int, or an expression whose
-    terms all have non-negative coefficients (every symbol is a dim, hence >= 0)."""
+    terms all have non-negative coefficients and non-negative factors (every symbol is a
+    dim, hence >= 0; ``max`` is when one argument is, the other functions when all are)."""
     if isinstance(d, int):
         return d >= 0
     if not isinstance(d, Expr):
@@ -458,7 +464,9 @@ def is_nonneg(d) -> bool:
         if c < 0:
             return False
         for a, _ in m:
-            if a[0] != "s" and not all(is_nonneg(x) for x in a[1]):
+            if a[0] == "s":
+                continue
+            if not (any if a[0] == "max" else all)(is_nonneg(x) for x in a[1]):
                 return False
     return True
 

@@ -15,7 +15,7 @@ import numpy as np
 from dynashape.dtypes import is_float, is_integer, np_dtype
 from dynashape.records import OpLibrary, fixed_dtype, same_dtype
 from dynashape.shapes import broadcast_shapes, dim_max, numel
-from dynashape.symbolic import Expr
+from dynashape.symbolic import Expr, is_nonneg
 from onnx import TensorProto
 from onnx.numpy_helper import to_float8e8m0
 
@@ -514,15 +514,6 @@ def _range_scalars(ctx):
     return out
 
 
-def _provably_nonneg(d) -> bool:
-    """True when ``d`` is a sum of products of dim symbols (all >= 0) with coefficients >= 0."""
-    if isinstance(d, int):
-        return d >= 0
-    terms = getattr(d, "_terms", None)  # the canonical polynomial of an Expr
-    return bool(terms) and all(c >= 0 and all(atom[0] == "s" for atom, _ in mono)
-                               for mono, c in terms.items())
-
-
 def _range_count(ctx, start, limit, delta):
     """max(ceil((limit - start) / delta), 0), symbolic when start/limit are dims; None if unknown."""
     if isinstance(delta, Expr):
@@ -538,7 +529,7 @@ def _range_count(ctx, start, limit, delta):
         if not isinstance(delta, int) or isinstance(start, float) or isinstance(limit, float):
             return None
         n = -((start - limit) // delta)
-        return n if _provably_nonneg(n) else dim_max(n, 0)
+        return n if is_nonneg(n) else dim_max(n, 0)
     return max(math.ceil((limit - start) / delta), 0)
 
 

@@ -14,7 +14,7 @@ from dynashape.dtypes import is_float
 from dynashape.errors import ShapeInferenceError
 from dynashape.records import InferContext, OpLibrary, fixed_dtype, same_dtype
 from dynashape.shapes import broadcast_shapes, dim_max, dim_min, normalize_axes, normalize_axis, value_list
-from dynashape.symbolic import Expr
+from dynashape.symbolic import Expr, is_nonneg
 
 lib = OpLibrary()
 
@@ -34,17 +34,7 @@ def _compute_dtype(dtype: np.dtype) -> np.dtype:
 
 def _nonneg(x) -> bool:
     """True when dim-valued ``x`` is provably >= 0 (symbols stand for dims, which are >= 0)."""
-    if isinstance(x, int):
-        return x >= 0
-    if not isinstance(x, Expr):
-        return False
-    for mono, coef in x._terms.items():
-        if coef < 0:
-            return False
-        for atom, _power in mono:
-            if atom[0] != "s" and not all(_nonneg(a) for a in atom[1]):
-                return False
-    return True
+    return is_nonneg(x)
 
 
 def _clamp0(x):
