@@ -87,6 +87,7 @@ class Engine:
         self._idle: list[ExecutionContext] = []
         self._contexts: list[ExecutionContext] = []
         self._warned: set = set()
+        self._recent_splits: list = []
         self._open = [pos for pos, slot in enumerate(pg.input_slots)
                       if input_dims.get(slot) is None or input_dtypes.get(slot) is None]
         self.programs: dict = {}
@@ -235,6 +236,11 @@ class Engine:
         env = base.binder(shapes)
         if env is not None:
             return base, env
+        for filled, program in self._recent_splits:  # a split program fits any signature its binder takes
+            if filled == fill:
+                env = program.binder(shapes)
+                if env is not None:
+                    return program, env
         groups = self._conflicts(base, shapes)
         if self.strict_dim_params:
             raise self._mismatch(base, shapes, next(iter(groups)))
@@ -250,6 +256,8 @@ class Engine:
             program = self._compile(self._split_dims(base, groups), base.input_dtypes)
             with self._lock:
                 program = self.programs.setdefault(key, program)
+        with self._lock:
+            self._recent_splits = [(fill, program)] + [x for x in self._recent_splits if x[1] is not program][:3]
         return program, program.binder(shapes)
 
     def _occurrences(self, program: Program) -> dict:

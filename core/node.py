@@ -77,8 +77,9 @@ class NodeServices:
 def make_context(pn: PreparedNode, shapes: Sequence, dtypes: Sequence, values: Sequence,
                  services: Optional[NodeServices] = None, *, symbolic: bool = False,
                  fresh: Optional[Callable[[], Expr]] = None) -> InferContext:
-    """The context of ``pn`` from per-slot shapes, dtypes and host-known values."""
-    ins = pn.all_inputs
+    """The context of ``pn`` from per-slot shapes, dtypes and host-known values (its own
+    inputs: the outer-scope values of its subgraphs reach only its kernel)."""
+    ins = pn.inputs
     return InferContext(pn.node, pn.opset,
                         [shapes[i] if i >= 0 else None for i in ins],
                         [dtypes[i] if i >= 0 else None for i in ins],
@@ -87,7 +88,8 @@ def make_context(pn: PreparedNode, shapes: Sequence, dtypes: Sequence, values: S
 
 
 def context_of_arrays(pn: PreparedNode, arrays: Sequence, services: Optional[NodeServices]) -> InferContext:
-    """The concrete context of ``pn`` for input arrays (None for an absent input)."""
+    """The concrete context of ``pn`` for its input arrays (None for an absent input)."""
+    arrays = arrays[:len(pn.inputs)]
     return InferContext(pn.node, pn.opset,
                         [None if a is None else tuple(np.shape(a)) for a in arrays],
                         [None if a is None else np.asarray(a).dtype for a in arrays],
@@ -145,21 +147,28 @@ def run_kernel(pn: PreparedNode, compute, prepared: Any, arrays: Sequence, outs:
     return list(res) if res is not None else outs
 
 
-def run_once(pn: PreparedNode, kernel: KernelDef, ctx: InferContext, arrays: Sequence) -> list:
-    """Prepare the kernel for ``ctx``, allocate the outputs as inferred (None where a shape
-    is not concrete) and run it once."""
+def run_once(pn: PreparedNode, kernel: KernelDef, ctx: InferContext, arrays: Sequence,
+             prepared: Any = None) -> list:
+    """Prepare the kernel for ``ctx`` (unless ``prepared`` is given), allocate the outputs as
+    inferred (None where a shape is not concrete) and run it once."""
     outs = [np.empty(s, dtype=d) if _all_ints(s) and d is not None else None
             for s, d in zip(ctx.output_shapes, ctx.output_dtypes)]
-    prepared = kernel.prepare(ctx) if kernel.prepare is not None else ctx
+    if prepared is None:
+        prepared = kernel.prepare(ctx) if kernel.prepare is not None else ctx
     return run_kernel(pn, kernel.compute, prepared, arrays, outs)
 
 
-def run_dynamic(pn: PreparedNode, registry: Registry, arrays: Sequence,
-                services: Optional[NodeServices]) -> list:
-    """Infer, choose the kernel and run a node whose shapes are only known now."""
+def run_dynamic(pn: PreparedNode, registry: Registry, arrays: Sequence, services: Optional[NodeServices],
+                kernel: Optional[KernelDef] = None, prepared: Any = None) -> list:
+    """Infer, choose the kernel (unless given) and run a node whose shapes are only known now.
+
+    ``arrays`` are its inputs and then the outer-scope values of its subgraphs; ``prepared``
+    the kernel's prepared argument when it does not depend on shapes (traced once)."""
     ctx = context_of_arrays(pn, arrays, services)
     infer(pn, ctx)
-    return run_once(pn, choose_kernel(registry, pn, ctx), ctx, arrays)
+    if kernel is None:
+        kernel = choose_kernel(registry, pn, ctx)
+    return run_once(pn, kernel, ctx, arrays, prepared)
 
 
 # folding ------------------------------------------------------------------------------

@@ -81,6 +81,7 @@ class Segment:
     plan_nodes: list = field(default_factory=list)  # Steps run once per signature
     binding: list = field(default_factory=list)     # BINDING node indices, run at the end
     binds: list = field(default_factory=list)       # (slot, axis, symbol) bound by them
+    binding_kernels: list = field(default_factory=list)  # (kernel or None, prepared or None) per binding node
     checks: list = field(default_factory=list)      # (slot, rank, ((axis, int dim), ...)) to verify
     shapes: list = field(default_factory=list)      # sid -> symbolic shape
     shape_slots: list = field(default_factory=list) # sid -> slots with that shape
@@ -199,7 +200,17 @@ class Program:
                         seg.plan_nodes.append(step)
                 elif status == BINDING:
                     t += 1          # binding nodes read their inputs at this step
+                    seg.binding_kernels.append(self._binding_hint(idx))
         self.n_steps = t
+
+    def _binding_hint(self, idx: int) -> tuple:
+        """(kernel, prepared) a binding node can reuse each run: the kernel chosen for its
+        declared dtypes, and its prepared argument when tracing shows it shape-independent."""
+        kernel = self.sg.kernels[idx]
+        if kernel is None or kernel.prepare is None:
+            return kernel, None
+        trace = trace_prepare(kernel, self.sg.contexts[idx])
+        return kernel, trace.value if trace.kind == STATIC else None
 
     def _step_specs(self) -> list[StepSpec]:
         """The planner's view of every run-time step (BINDING nodes included: they read)."""

@@ -22,7 +22,6 @@ so write them with ``+ - * //`` and the helpers of :mod:`dynashape.shapes`, neve
 """
 from __future__ import annotations
 
-import itertools
 from types import SimpleNamespace
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, NoReturn, Optional, Sequence, Union
@@ -132,7 +131,9 @@ class KernelDef:
         return self.since_version <= opset and (self.end_version is None or opset <= self.end_version)
 
 
-_fresh_counter = itertools.count()
+#: Fresh symbols of concrete contexts (new_dim with no symbolic inference running): the k-th
+#: fresh dim of any context is the same object.
+_CONCRETE_FRESH: list = []
 
 #: Comparisons ``InferContext.assume`` accepts, with their meaning on ints.
 _RELATIONS = {"==": int.__eq__, "!=": int.__ne__, ">=": int.__ge__, ">": int.__gt__}
@@ -148,7 +149,7 @@ class InferContext:
     """
 
     __slots__ = ("node", "opset", "input_shapes", "input_dtypes", "input_values",
-                 "output_shapes", "output_dtypes", "symbolic", "fresh", "services", "guards")
+                 "output_shapes", "output_dtypes", "symbolic", "fresh", "services", "guards", "_fresh_count")
 
     def __init__(self, node, opset: int, input_shapes, input_dtypes, input_values,
                  symbolic: bool = False, fresh: Optional[Callable[[], Expr]] = None, services=None):
@@ -207,10 +208,14 @@ class InferContext:
             node=self.node.name, op_type=self.node.op_type, kind=kind)
 
     def new_dim(self) -> Expr:
-        """A fresh symbol (``unk__N``) for a dim that depends on data."""
+        """A fresh symbol (``unk__N``) for a dim that depends on data: unique in the program
+        at import; with concrete shapes, unique within this context (made once, reused)."""
         if self.fresh is not None:
             return self.fresh()
-        return sym(f"unk__{next(_fresh_counter)}")
+        k = self._fresh_count = getattr(self, "_fresh_count", -1) + 1
+        while k >= len(_CONCRETE_FRESH):
+            _CONCRETE_FRESH.append(sym(f"unk__c{len(_CONCRETE_FRESH)}"))
+        return _CONCRETE_FRESH[k]
 
     def assume(self, a, relation: str, b) -> bool:
         """State a condition on dims that the symbolic rule just taken relies on.

@@ -16,6 +16,7 @@ fix.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 from dynashape.errors import ExecutionError
@@ -49,14 +50,29 @@ def _graph_attr(ctx: InferContext, name: str) -> Graph:
     return g
 
 
-def _outer_values(runners, node, inputs: Sequence) -> dict:
-    """Outer-scope values by name: the node's inputs after its own, in sorted-name order."""
+class _Outer(NamedTuple):
+    """Where a node's outer-scope values are among its kernel's inputs: after its own
+    ``start`` inputs, ``count`` values in sorted-name order; ``picks`` are the (name, position)
+    of those its runners read (outer constants are the runners' own)."""
+
+    start: int
+    count: int
+    picks: tuple
+
+
+def _outer_plan(node, runners) -> _Outer:
     names = sorted(set().union(*(r.outer for r in runners)))
-    extra = inputs[len(node.inputs):]
-    if len(extra) < len(names):
-        raise ExecutionError(f"{node.op_type} node '{node.name}': outer-scope values {names} "
+    wanted = set().union(*(r.outer_inputs for r in runners))
+    return _Outer(len(node.inputs), len(names), tuple((n, i) for i, n in enumerate(names) if n in wanted))
+
+
+def _outer_values(plan: _Outer, node, inputs: Sequence) -> dict:
+    """The outer-scope values the node's runners read, by name."""
+    extra = inputs[plan.start:]
+    if len(extra) < plan.count:
+        raise ExecutionError(f"{node.op_type} node '{node.name}': {plan.count} outer-scope values "
                              f"expected after its inputs, got {len(extra)} values")
-    return dict(zip(names, extra))
+    return {n: extra[i] for n, i in plan.picks}
 
 
 def _owned(a) -> np.ndarray:
@@ -171,7 +187,8 @@ lib.op("If", IF_VERSIONS, infer_dtype=_if_dtype, data_dependent=True)(_if_shape)
 
 def _if_prepare(ctx: InferContext):
     then_g, else_g = _if_branches(ctx)
-    return ctx.node, _runner(ctx, then_g), _runner(ctx, else_g)
+    then_r, else_r = _runner(ctx, then_g), _runner(ctx, else_g)
+    return ctx.node, then_r, else_r, _outer_plan(ctx.node, (then_r, else_r))
 
 
 @lib.kernel("If", prepare=_if_prepare)
@@ -180,8 +197,8 @@ def _if(inputs, outputs, prepared):
 
     Outputs: the branch's outputs (any shapes/dtypes it makes). Source: ONNX operator spec, If-21.
     """
-    node, then_r, else_r = prepared
-    outer = _outer_values((then_r, else_r), node, inputs)
+    node, then_r, else_r, outer_plan = prepared
+    outer = _outer_values(outer_plan, node, inputs)
     runner = then_r if bool(_first(inputs[0])) else else_r
     return runner.run_list([], outer)
 
@@ -245,7 +262,7 @@ def _loop_prepare(ctx: InferContext):
     body, n_carried, n_scan = _loop_body(ctx)
     runner = _runner(ctx, body)
     ranks = [vi.rank or 0 for vi in body.inputs[:2]]
-    return ctx.node, runner, n_carried, n_scan, ranks[0], ranks[1]
+    return ctx.node, runner, n_carried, n_scan, ranks[0], ranks[1], _outer_plan(ctx.node, (runner,))
 
 
 @lib.kernel("Loop", prepare=_loop_prepare)
@@ -255,8 +272,8 @@ def _loop(inputs, outputs, prepared):
     Outputs: the last loop-carried values, then each scan output stacked on a new axis 0
     (shape (0, ...) when the body never runs). Source: ONNX operator spec, Loop-21.
     """
-    node, runner, n_carried, n_scan, iter_rank, cond_rank = prepared
-    outer = _outer_values((runner,), node, inputs)
+    node, runner, n_carried, n_scan, iter_rank, cond_rank, outer_plan = prepared
+    outer = _outer_values(outer_plan, node, inputs)
     trip = None if inputs[0] is None else int(_first(inputs[0]))
     use_cond = inputs[1] is not None
     keep = bool(_first(inputs[1])) if use_cond else True
@@ -412,6 +429,7 @@ def _scan_prepare(ctx: InferContext):
     lay = _scan_layout(ctx)
     lay["runner"] = _runner(ctx, lay["body"])
     lay["node"] = ctx.node
+    lay["outer"] = _outer_plan(ctx.node, (lay["runner"],))
     return lay
 
 
@@ -466,7 +484,7 @@ def _scan(inputs, outputs, lay):
     Source: ONNX operator spec, Scan-8 and Scan-21.
     """
     runner, first, n, m = lay["runner"], lay["first"], lay["n"], lay["m"]
-    outer = _outer_values((runner,), lay["node"], inputs)
+    outer = _outer_values(lay["outer"], lay["node"], inputs)
     states = list(inputs[first:first + n])
     scans = list(inputs[first + n:first + n + m])
     if not lay["v8"]:
