@@ -189,9 +189,9 @@ class ExecutionContext:
 def _run_binding_nodes(program: Program, seg: Segment, v: list) -> tuple:
     """Infer and run the segment's binding nodes; the values of the symbols they bind."""
     pg = program.pg
-    for idx, (kernel, prepared) in zip(seg.binding, seg.binding_kernels):
+    for idx, slots, (kernel, prepared) in zip(seg.binding, seg.binding_inputs, seg.binding_kernels):
         pn = pg.nodes[idx]
-        outs = run_dynamic(pn, program.registry, [v[i] if i >= 0 else None for i in pn.all_inputs], program.services,
+        outs = run_dynamic(pn, program.registry, [v[i] if i >= 0 else None for i in slots], program.services,
                            kernel, prepared)
         for o, a in zip(pn.outputs, outs):
             if o >= 0:

@@ -139,7 +139,7 @@ def run_kernel(pn: PreparedNode, compute, prepared: Any, arrays: Sequence, outs:
         ExecutionError: the kernel failed (naming the node).
     """
     try:
-        res = compute(list(arrays), outs, prepared)
+        res = compute(arrays if type(arrays) is list else list(arrays), outs, prepared)
     except DynashapeError:
         raise
     except Exception as exc:

@@ -82,6 +82,7 @@ class Segment:
     binding: list = field(default_factory=list)     # BINDING node indices, run at the end
     binds: list = field(default_factory=list)       # (slot, axis, symbol) bound by them
     binding_kernels: list = field(default_factory=list)  # (kernel or None, prepared or None) per binding node
+    binding_inputs: list = field(default_factory=list)   # slots each binding node's kernel receives
     checks: list = field(default_factory=list)      # (slot, rank, ((axis, int dim), ...)) to verify
     shapes: list = field(default_factory=list)      # sid -> symbolic shape
     shape_slots: list = field(default_factory=list) # sid -> slots with that shape
@@ -201,6 +202,9 @@ class Program:
                 elif status == BINDING:
                     t += 1          # binding nodes read their inputs at this step
                     seg.binding_kernels.append(self._binding_hint(idx))
+                    pn = pg.nodes[idx]
+                    # outer-scope values that are constants here are compiled into the subgraphs
+                    seg.binding_inputs.append(pn.inputs + tuple(i for i in pn.implicit if self.template[i] is None))
         self.n_steps = t
 
     def _binding_hint(self, idx: int) -> tuple:

@@ -164,6 +164,7 @@ class InferContext:
         self.fresh = fresh
         self.services = services
         self.guards: list = []
+        self._fresh_count = -1
 
     # node ---------------------------------------------------------------
     @property
@@ -212,7 +213,7 @@ class InferContext:
         at import; with concrete shapes, unique within this context (made once, reused)."""
         if self.fresh is not None:
             return self.fresh()
-        k = self._fresh_count = getattr(self, "_fresh_count", -1) + 1
+        k = self._fresh_count = self._fresh_count + 1
         while k >= len(_CONCRETE_FRESH):
             _CONCRETE_FRESH.append(sym(f"unk__c{len(_CONCRETE_FRESH)}"))
         return _CONCRETE_FRESH[k]

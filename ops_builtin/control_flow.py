@@ -52,8 +52,8 @@ def _graph_attr(ctx: InferContext, name: str) -> Graph:
 
 class _Outer(NamedTuple):
     """Where a node's outer-scope values are among its kernel's inputs: after its own
-    ``start`` inputs, ``count`` values in sorted-name order; ``picks`` are the (name, position)
-    of those its runners read (outer constants are the runners' own)."""
+    ``start`` inputs, the values its runners read, as (name, position) ``picks`` in
+    sorted-name order (outer constants are compiled into the runners)."""
 
     start: int
     count: int
@@ -61,9 +61,8 @@ class _Outer(NamedTuple):
 
 
 def _outer_plan(node, runners) -> _Outer:
-    names = sorted(set().union(*(r.outer for r in runners)))
-    wanted = set().union(*(r.outer_inputs for r in runners))
-    return _Outer(len(node.inputs), len(names), tuple((n, i) for i, n in enumerate(names) if n in wanted))
+    names = sorted(set().union(*(r.outer_inputs for r in runners)))
+    return _Outer(len(node.inputs), len(names), tuple((n, i) for i, n in enumerate(names)))
 
 
 def _outer_values(plan: _Outer, node, inputs: Sequence) -> dict:
