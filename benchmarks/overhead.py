@@ -20,7 +20,9 @@ What is measured:
        same shape; reported as the median of these ratios (target <= 1.5 for dynashape), with
        session.stats.planning_ms / cache_misses; ORT's ratio on the same shapes for reference;
      * per-step µs: dynashape's cached ms / len(session.program.steps), "-" while the session has
-       no program.steps.
+       no program.steps;
+     * the engine's own cost per step (kernels replaced by a no-op): the generated run function
+       against the same steps driven by a plain Python loop.
   session.stats (plan-cache hits/misses, planning and execution ms) is printed for each session.
 BLAS runs single-threaded (benchmarks/_env.py).
 
@@ -37,6 +39,7 @@ import _env  # noqa: F401  (first: the BLAS environment, before numpy is importe
 import argparse
 import statistics
 import time
+import types
 import warnings
 
 import _common as C
@@ -182,9 +185,55 @@ def bench_zoo_model(m: dict, n_new: int, cached_runs: int, first_seq: int | None
             r["new_misses"] = dyn.stats.cache_misses - misses0
             r["new_planning_ms"] = dyn.stats.planning_ms - planning0
             r["steps"] = program_steps(dyn)
+            r["dispatch"] = dispatch_us_per_step(dyn, C.make_feeds(path, base))
     except Exception as exc:  # noqa: BLE001 - report it in the tables and go on with the other models
         r["error"] = C.short_error(exc, 120)
     return r
+
+
+def _noop_kernel(inputs, outputs, prepared):
+    return None
+
+
+def dispatch_us_per_step(sess, feeds, repeat: int = 2000) -> tuple[float, float, int] | None:
+    """The engine's own cost per step of a cached run, kernels excluded: segment 0's generated
+    ``run`` with every kernel replaced by a no-op, and the same steps as a plain Python loop
+    (``for step: compute(inputs, buffers, prepared); store outputs``). Returns (generated µs,
+    loop µs, steps), or None when the session has no compiled program."""
+    program = getattr(sess, "program", None)
+    if program is None:
+        return None
+    sess.run(None, feeds)
+    plan = sess.last_plan
+    ctx = sess.engine.last_context
+    seg = plan.segment
+    buffers = ctx.buffers(plan)
+    names = {k: _noop_kernel for k in seg.run.__globals__ if k.startswith("_k")}
+    run = types.FunctionType(seg.run.__code__, dict(seg.run.__globals__, **names))
+    v = list(plan.template)
+    for slot, name in zip(program.pg.input_slots, sess._input_names):
+        v[slot] = feeds[name]
+    steps = [(st.inputs, st.outputs, b, p) for st, b, p in zip(seg.steps, buffers, plan.prepared)]
+
+    def loop():
+        for ins, outs, b, p in steps:
+            r = _noop_kernel([v[i] for i in ins], b, p)
+            for o, a in zip(outs, b if r is None else r):
+                if o >= 0:
+                    v[o] = a
+
+    def generated():
+        run(v, buffers, plan.prepared, plan.shapes)
+
+    n = max(1, len(seg.steps))
+    out = []
+    for fn in (generated, loop):
+        fn()
+        t0 = time.perf_counter()
+        for _ in range(repeat):
+            fn()
+        out.append((time.perf_counter() - t0) / repeat / n * 1e6)
+    return out[0], out[1], len(seg.steps)
 
 
 def med(xs):
@@ -236,6 +285,10 @@ def report_zoo(results: list[dict]) -> None:
         print(f"dynashape first/cached at a new shape: worst median {worst[0]:.2f} ({worst[1]}); "
               f"target <= {TARGET_FIRST}: {C.verdict(worst[0] <= TARGET_FIRST)}")
     print()
+    print("engine overhead of a cached run (kernels replaced by a no-op), at the small shape")
+    rows = [[r["name"], r["dispatch"][2], f"{r['dispatch'][0]:.3f}", f"{r['dispatch'][1]:.3f}",
+             f"{r['dispatch'][1] / r['dispatch'][0]:.1f}"] for r in results if r.get("dispatch")]
+    C.print_table(["model", "steps", "generated run µs/step", "Python loop µs/step", "loop/generated"], rows)
     for r in results:
         if "stats" in r:
             C.print_stats(r["name"], r["stats"])
