@@ -46,6 +46,18 @@ BATCHES = (1, 4)        # inclusive range of b)
 SEQUENCES = (1, 48)
 
 
+def start_together(threads: list, barrier) -> float:
+    """Start the threads, release them together through ``barrier`` (the caller's last party),
+    wait for all; seconds from the release to the last join."""
+    for t in threads:
+        t.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - t0
+
+
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="a: 30 runs per cell, 1 repeat; b: 100 runs per thread")
@@ -72,14 +84,7 @@ def run_threads(run, feeds, total: int, n_threads: int) -> float:
         except Exception as exc:  # noqa: BLE001 - reported by the caller
             errors.append(exc)
 
-    threads = [threading.Thread(target=work, args=(n,)) for n in counts]
-    for t in threads:
-        t.start()
-    barrier.wait()
-    t0 = time.perf_counter()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - t0
+    wall = start_together([threading.Thread(target=work, args=(n,)) for n in counts], barrier)
     if errors:
         raise errors[0]
     return wall
@@ -207,14 +212,7 @@ def bench_correctness(n_threads: int, runs: int, seed: int) -> None:
             res["done"] += 1
         res["end"] = sum(1 for got, want in zip(kept, expected[t]) if got is not None and not same(got, want))
 
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(n_threads)]
-    for th in threads:
-        th.start()
-    barrier.wait()
-    t0 = time.perf_counter()
-    for th in threads:
-        th.join()
-    wall = time.perf_counter() - t0
+    wall = start_together([threading.Thread(target=work, args=(t,)) for t in range(n_threads)], barrier)
     rows = [[f"thread {t}", r["done"], r["immediate"], r["end"], r["errors"], r["first_error"]]
             for t, r in enumerate(results)]
     C.print_table(["thread", "runs ok", "mismatches after run", "mismatches at thread end", "errors", "first error"],
