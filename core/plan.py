@@ -149,7 +149,7 @@ def build_plan(program: Program, segment: Segment, env: dict, known: Optional[li
     plan.prepared = _prepared(segment.steps, segment.static_prepared, segment.symbolic_positions,
                               segment.concrete_positions, symbolic_prepared, shapes, vals, program)
     if segment.plan_nodes:
-        _run_plan_nodes(plan, segment, symbolic_prepared, shapes, vals)
+        _run_plan_nodes(plan, segment, symbolic_prepared, shapes, vals, args)
     _layout(plan, segment, sizes)
     plan.planning_ms = (time.perf_counter() - t0) * 1e3
     return plan
@@ -180,12 +180,13 @@ def _concrete_context(program: Program, st, shapes: tuple, vals: list):
     return ctx
 
 
-def _run_plan_nodes(plan: Plan, segment: Segment, symbolic_prepared: tuple, shapes: tuple, vals: list) -> None:
+def _run_plan_nodes(plan: Plan, segment: Segment, symbolic_prepared: tuple, shapes: tuple, vals: list,
+                    args: list) -> None:
     """Run the nodes whose outputs depend only on shapes, once for this signature."""
     prepared = _prepared(segment.plan_nodes, segment.static_plan_prepared, segment.plan_symbolic_positions,
                          segment.plan_concrete_positions, symbolic_prepared, shapes, vals, plan.program)
     try:
-        segment.run_plan(vals, None, prepared, shapes)
+        segment.run_plan(vals, None, prepared, shapes, args)
     except DynashapeError:
         raise
     except Exception as exc:

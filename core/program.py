@@ -389,7 +389,8 @@ class Program:
     def _generate(self, seg: Segment) -> None:
         self._generate_sig(seg)
         seg.run = self._generate_calls(seg, seg.steps, "run", seg.run_lines, bound=True)
-        seg.run_plan = self._generate_calls(seg, seg.plan_nodes, "run_plan", seg.plan_lines, bound=False)
+        seg.run_plan = self._generate_calls(seg, seg.plan_nodes, "run_plan", seg.plan_lines, bound=False,
+                                            memo=self._plan_dependencies(seg))
         self._generate_bind(seg)
         seg.static_prepared = [st.trace.value if st.trace.kind == STATIC else None for st in seg.steps]
         seg.static_plan_prepared = [st.trace.value if st.trace.kind == STATIC else None for st in seg.plan_nodes]
@@ -435,51 +436,101 @@ class Program:
         seg.sig = ns["sig"]
         seg.source["sig"] = ns["__source__"]
 
-    def _generate_calls(self, seg: Segment, steps: list, name: str, lines: dict, bound: bool) -> Callable:
-        """``name(v, B, P, S)``: call each step's kernel in order with its inputs from the value
-        list ``v``, its output buffers (``B[pos]`` made by ``bind`` when ``bound``, or fresh
-        arrays of shapes ``S``) and its prepared argument ``P[pos]``; store its outputs in ``v``."""
+    def _plan_dependencies(self, seg: Segment) -> list:
+        """Per plan node, the positions (in ``seg.symbols``) of the symbols its outputs are a
+        function of: those in its inputs' and outputs' shapes, its inputs' symbolic values
+        and, through plan values, those of the plan nodes before it."""
+        sg = self.sg
+        position = {name: k for k, name in enumerate(seg.symbols)}
+        made: dict = {}
+
+        def of(slot: int) -> set:
+            if slot < 0:
+                return set()
+            found = set(made.get(slot, ()))
+            for d in sg.shapes[slot] or ():
+                found |= free_symbols(d)
+            value = sg.values[slot]
+            if value is not None and value.dtype == object:
+                for x in value.reshape(-1).tolist():
+                    found |= free_symbols(x)
+            return found
+
+        deps = []
+        for st in seg.plan_nodes:
+            found = set().union(*(of(i) for i in st.inputs), *(of(o) for o in st.outputs))
+            for o in st.outputs:
+                made[o] = found
+            deps.append(tuple(sorted(position[name] for name in found)))
+        return deps
+
+    def _generate_calls(self, seg: Segment, steps: list, name: str, lines: dict, bound: bool,
+                        memo: Optional[list] = None) -> Callable:
+        """``name(v, B, P, S, E)``: call each step's kernel in order with its inputs from the
+        value list ``v``, its output buffers (``B[pos]`` made by ``bind`` when ``bound``, or
+        fresh arrays of shapes ``S``) and its prepared argument ``P[pos]``; store its outputs
+        in ``v``. With ``memo`` (plan nodes: per node, the positions in the symbol values
+        ``E`` its outputs depend on), a node whose symbols have the values of a recent
+        signature reuses that signature's outputs (plan values are never written)."""
         w = CodeWriter(f"{self.name}-{name}{seg.index}")
         w.namespace["_empty"] = np.empty
-        w.emit(f"def {name}(v, B, P, S):", 0)
+        w.namespace["_remember"] = _remember
+        w.emit(f"def {name}(v, B, P, S, E=()):", 0)
         if not steps:
             w.emit("return")
         for pos, st in enumerate(steps):
-            kern = w.const(st.kernel.compute, "k")
-            ins = ", ".join(f"v[{i}]" if i >= 0 else "None" for i in st.inputs)
-            items = []
-            inline = False
-            for k, spec in enumerate(st.outs):
-                if spec.kind == FRESH:
-                    w.emit(f"f{pos}_{k} = _empty(S[{spec.sid}], {w.const(spec.dtype, 'd')})")
-                    items.append(f"f{pos}_{k}")
-                    inline = True
-                elif spec.kind == FBLOCK:
-                    if spec.owner:
-                        w.emit(f"g{spec.ref} = _empty(S[{spec.sid}], {w.const(spec.dtype, 'd')})")
-                    items.append(f"g{spec.ref}.reshape(S[{spec.sid}])" if spec.reshape else f"g{spec.ref}")
-                    inline = True
-                elif spec.kind == ARENA:
-                    items.append(f"B[{pos}][{k}]")
-                else:
-                    items.append("None")
-            w.emit(f"b = [{', '.join(items)}]" if inline or not bound else f"b = B[{pos}]")
-            lines[len(w.lines) + 1] = pos
-            w.emit(f"r = {kern}([{ins}], b, P[{pos}])")
             written = [(k, o) for k, o in enumerate(st.outputs) if o >= 0]
-            if len(written) == 1:
-                k, o = written[0]
-                w.emit(f"v[{o}] = b[{k}] if r is None else r[{k}]")
-            elif written:
-                w.emit("if r is None:")
-                for k, o in written:
-                    w.emit(f"v[{o}] = b[{k}]", 2)
+            if memo is not None:
+                cache = w.const({}, "m")
+                key = "(" + "".join(f"E[{k}], " for k in memo[pos]) + ")"
+                outs = "(" + "".join(f"v[{o}], " for _, o in written) + ")"
+                w.emit(f"c = {cache}.get({key})")
+                w.emit("if c is not None:")
+                w.emit(f"{outs} = c", 2)
                 w.emit("else:")
-                for k, o in written:
-                    w.emit(f"v[{o}] = r[{k}]", 2)
+                self._emit_call(w, seg, st, pos, lines, bound, indent=2)
+                w.emit(f"_remember({cache}, {key}, {outs})", 2)
+            else:
+                self._emit_call(w, seg, st, pos, lines, bound, indent=1)
         ns = w.compile()
         seg.source[name] = ns["__source__"]
         return ns[name]
+
+    def _emit_call(self, w: CodeWriter, seg: Segment, st: Step, pos: int, lines: dict, bound: bool,
+                   indent: int) -> None:
+        """The lines calling one step's kernel and storing its outputs in ``v``."""
+        kern = w.const(st.kernel.compute, "k")
+        ins = ", ".join(f"v[{i}]" if i >= 0 else "None" for i in st.inputs)
+        items = []
+        inline = not bound
+        for k, spec in enumerate(st.outs):
+            if spec.kind == FRESH:
+                w.emit(f"f{pos}_{k} = _empty(S[{spec.sid}], {w.const(spec.dtype, 'd')})", indent)
+                items.append(f"f{pos}_{k}")
+                inline = True
+            elif spec.kind == FBLOCK:
+                if spec.owner:
+                    w.emit(f"g{spec.ref} = _empty(S[{spec.sid}], {w.const(spec.dtype, 'd')})", indent)
+                items.append(f"g{spec.ref}.reshape(S[{spec.sid}])" if spec.reshape else f"g{spec.ref}")
+                inline = True
+            elif spec.kind == ARENA:
+                items.append(f"B[{pos}][{k}]")
+            else:
+                items.append("None")
+        w.emit(f"b = [{', '.join(items)}]" if inline else f"b = B[{pos}]", indent)
+        lines[len(w.lines) + 1] = pos
+        w.emit(f"r = {kern}([{ins}], b, P[{pos}])", indent)
+        written = [(k, o) for k, o in enumerate(st.outputs) if o >= 0]
+        if len(written) == 1:
+            k, o = written[0]
+            w.emit(f"v[{o}] = b[{k}] if r is None else r[{k}]", indent)
+        elif written:
+            w.emit("if r is None:", indent)
+            for k, o in written:
+                w.emit(f"v[{o}] = b[{k}]", indent + 1)
+            w.emit("else:", indent)
+            for k, o in written:
+                w.emit(f"v[{o}] = r[{k}]", indent + 1)
 
     def _generate_bind(self, seg: Segment) -> None:
         """``bind(buf, S, O)``: the output buffers of every step of the segment: views of the
@@ -549,6 +600,18 @@ class Program:
         return {"steps": len(self.steps), "plan_nodes": sum(len(s.plan_nodes) for s in self.segments),
                 "folded": self.sg.status.count(FOLDED), "binding": self.sg.status.count(BINDING),
                 "segments": len(self.segments), "prepare": dict(traces)}
+
+
+_MEMO_SIZE = 8
+_memo_lock = threading.Lock()
+
+
+def _remember(cache: dict, key: tuple, outputs: tuple) -> None:
+    """Keep a plan node's outputs for its symbols' values (the last few signatures)."""
+    with _memo_lock:
+        cache[key] = outputs
+        while len(cache) > _MEMO_SIZE:
+            del cache[next(iter(cache))]
 
 
 def _size_expr(shape, dtype) -> Optional[Any]:
