@@ -16,9 +16,10 @@ and ONNX Runtime (CPU, 1 intra-op and 1 inter-op thread), in this process, one a
   * tokens == ORT: the 64 generated tokens are ORT's; max|logits diff| over all steps;
   * session.stats (plan-cache misses, planning ms) of each dynashape session.
 For optimum/gpt2_merged also: the If's then_branch (taken when use_cache_branch is True, the one
-that Concats past and new) extracted as a standalone model (_decoding.extract_branch) runs the
-recorded feeds of steps 2..64 (minus use_cache_branch) on a fresh session per engine, first run
-at each shape timed: merged / branch-alone per step (target <= 1.2 for dynashape; ORT for
+that Concats past and new) extracted as a standalone model (_decoding.extract_branch); the
+recorded feeds of steps 2..64 are replayed on fresh sessions of the merged model and of the
+branch (minus use_cache_branch), interleaved step by step, first run at each shape timed (step 2
+warms both up): merged / branch-alone per step (target <= 1.2 for dynashape; ORT for
 reference), with its outputs checked against the merged model's.
 A failing engine is reported in one line and its numbers are "-". Timings are not asserted.
 
@@ -121,27 +122,36 @@ def summarize(r: dict, ref: dict | None) -> dict:
     return s
 
 
-def branch_alone(engine: str, branch, merged: dict, fallback: dict, info: D.DecodeInfo) -> dict:
+def branch_alone(engine: str, branch, merged_path, merged: dict, fallback: dict, info: D.DecodeInfo) -> dict:
     """The recorded feeds of steps 2..N of a merged decode (this engine's; ORT's when this engine's
-    decode failed) without the flag, on a fresh session of the extracted branch: first run timed."""
+    decode failed) replayed on fresh sessions of the merged model and of the extracted branch
+    (without the flag), the two interleaved step by step so that both meet the same machine:
+    each step is the first run at its shape on each session; the first replayed step warms
+    both up (compiling the branch) and is not timed."""
     log = merged["log"][1:] if not merged["error"] else fallback["log"][1:]
-    out = {"error": "", "times": [], "diff": 0.0, "same_tokens": True,
+    out = {"error": "", "times": [], "merged_times": [], "diff": 0.0, "same_tokens": True,
            "source": engine if not merged["error"] else "onnxruntime"}
-    if not log:
+    if len(log) < 2:
         out["error"] = "no recorded steps"
         return out
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
             sess = make_session(engine, branch)
+            whole = make_session(engine, merged_path)
             out["sess"] = sess
             names = [o.name for o in sess.get_outputs()]
             li = names.index(info.logits)
-            for feeds, outs in log:
-                f = {k: v for k, v in feeds.items() if k != info.use_cache_branch}
+            for k, (feeds, outs) in enumerate(log):
+                f = {name: v for name, v in feeds.items() if name != info.use_cache_branch}
                 t0 = time.perf_counter()
+                whole.run(None, feeds)
+                t1 = time.perf_counter()
                 got = sess.run(None, f)
-                out["times"].append(time.perf_counter() - t0)
+                t2 = time.perf_counter()
+                if k:
+                    out["merged_times"].append(t1 - t0)
+                    out["times"].append(t2 - t1)
                 want = [outs[n] for n in names]
                 out["diff"] = max(out["diff"], C.max_abs_diff(got, want))
                 out["same_tokens"] &= bool(np.array_equal(np.argmax(got[li][:, -1], -1), np.argmax(want[li][:, -1], -1)))
@@ -168,8 +178,8 @@ def bench_merged(key: str, path, results: dict, info: D.DecodeInfo) -> dict:
     rows, out = [], {}
     for engine in ENGINES:
         m = results[engine]
-        b = branch_alone(engine, branch, m, results["onnxruntime"], info)
-        merged_step = None if m["error"] else median_ms(m["times"][1:])
+        b = branch_alone(engine, branch, path, m, results["onnxruntime"], info)
+        merged_step = median_ms(b["merged_times"]) if b["merged_times"] else None
         b["step"] = median_ms(b["times"])
         b["ratio"] = ratio(merged_step, b["step"])
         out[engine] = b

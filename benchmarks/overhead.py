@@ -209,7 +209,7 @@ def dispatch_us_per_step(sess, feeds, repeat: int = 2000) -> tuple[float, float,
     seg = plan.segment
     buffers = ctx.buffers(plan)
     names = {k: _noop_kernel for k in seg.run.__globals__ if k.startswith("_k")}
-    run = types.FunctionType(seg.run.__code__, dict(seg.run.__globals__, **names))
+    run = types.FunctionType(seg.run.__code__, dict(seg.run.__globals__, **names), "run", seg.run.__defaults__)
     v = list(plan.template)
     for slot, name in zip(program.pg.input_slots, sess._input_names):
         v[slot] = feeds[name]

@@ -84,6 +84,7 @@ class Engine:
         self.input_values = input_values
         self._lock = threading.Lock()
         self._plans: OrderedDict = OrderedDict()
+        self._recent_key = None
         self._idle: list[ExecutionContext] = []
         self._contexts: list[ExecutionContext] = []
         self._warned: set = set()
@@ -135,10 +136,11 @@ class Engine:
     # --- plans -------------------------------------------------------------------------
     def cached_plan(self, key) -> Optional[Plan]:
         plan = self._plans.get(key)
-        if plan is not None:
+        if plan is not None and key != self._recent_key:
             with self._lock:
                 if key in self._plans:
-                    self._plans.move_to_end(key)
+                    self._plans.move_to_end(key)   # least recently used goes first
+                self._recent_key = key
         return plan
 
     def make_plan(self, key, feeds: Sequence, ctx: ExecutionContext) -> Plan:

@@ -114,22 +114,20 @@ class ExecutionContext:
     def buffers(self, plan: Plan) -> tuple:
         """The output buffers of ``plan``'s steps in this context (made once per plan)."""
         entry = self.bindings.get(id(plan))
+        if entry is not None and (entry[1] is None or entry[1].generation == entry[2]):
+            return entry[3]
         seg = plan.segment
         if plan.program.allocator == "pool":
             arena = self.arena(seg.index)
-            if entry is not None and entry[1] == arena.generation:
-                return entry[2]
             if arena.reserve(plan.arena_bytes):
                 self.bindings.clear()     # views of the old buffer: let it go
             buf, generation = arena.buffer, arena.generation
         else:
-            if entry is not None:
-                return entry[2]
-            buf, generation = None, 0
+            arena, buf, generation = None, None, 0
         buffers = seg.bind(buf, plan.shapes, plan.offsets)
         if len(self.bindings) >= MAX_BINDINGS:
             self.bindings.pop(next(iter(self.bindings)))
-        self.bindings[id(plan)] = (plan, generation, buffers)
+        self.bindings[id(plan)] = (plan, arena, generation, buffers)
         return buffers
 
     # --- running -----------------------------------------------------------------------

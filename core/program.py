@@ -11,12 +11,13 @@
   the shapes are provably equal), blocks per segment arena;
 * per segment, **generated functions**: ``sig(*symbols)`` evaluates every shape, folded
   shape-tensor value, symbolic kernel parameter and block size a signature needs (and the
-  guards the symbolic rules rely on), ``bind(mk, S, O)`` makes the output buffers of one
-  execution context, ``run(v, B, P, S)`` calls the kernels straight through;
+  guards the symbolic rules rely on), ``bind(buf, S, O)`` makes the output buffers of one
+  execution context, ``run(v, B, P, S)`` calls the kernels straight through and
+  ``run_plan`` runs the nodes whose values follow from shapes alone;
 * the **binder**: feed shapes -> symbol values, or None when declared dim_params disagree.
 
-A new signature costs one call of ``sig`` and ``layout`` (see :mod:`dynashape.plan`); a
-repeated one, a dict lookup.
+A new signature costs one call of ``sig``, ``run_plan`` and a ``layout`` (see
+:mod:`dynashape.plan`); a repeated one, a dict lookup.
 """
 from __future__ import annotations
 
@@ -86,6 +87,8 @@ class Segment:
     checks: list = field(default_factory=list)      # (slot, rank, ((axis, int dim), ...)) to verify
     shapes: list = field(default_factory=list)      # sid -> symbolic shape
     shape_slots: list = field(default_factory=list) # sid -> slots with that shape
+    shape_ids: dict = field(default_factory=dict)   # symbolic shape -> sid
+    arena_arrays: list = field(default_factory=list)  # (sid, dtype, block index) per array bind makes
     value_slots: list = field(default_factory=list) # vid -> slot of a folded value made per signature
     symbolic_steps: list = field(default_factory=list)  # qid -> Step
     blocks: list = field(default_factory=list)      # arena blocks (symbolic sizes)
@@ -312,10 +315,9 @@ class Program:
         if slot < 0 or self.sg.shapes[slot] is None:
             return -1
         shape = self.sg.shapes[slot]
-        index = seg.source.setdefault("_sids", {})
-        sid = index.get(shape)
+        sid = seg.shape_ids.get(shape)
         if sid is None:
-            sid = index[shape] = len(seg.shapes)
+            sid = seg.shape_ids[shape] = len(seg.shapes)
             seg.shapes.append(shape)
             seg.shape_slots.append([])
         if slot not in seg.shape_slots[sid]:
@@ -326,7 +328,7 @@ class Program:
         """Where each output of the segment's steps and plan nodes lives."""
         sg = self.sg
         arena_index: dict = {}
-        seg.source["arena_arrays"] = arrays = []
+        arrays = seg.arena_arrays
         local = {b.id: k for k, b in enumerate(seg.blocks)}
         for st in seg.steps:
             aliases = {k for k, _ in st.node.opdef.aliases}
@@ -538,7 +540,7 @@ class Program:
         w = CodeWriter(f"{self.name}-bind{seg.index}")
         w.namespace["_nd"], w.namespace["_empty"] = np.ndarray, np.empty
         w.emit("def bind(buf, S, O):", 0)
-        for j, (sid, dtype, local) in enumerate(seg.source["arena_arrays"]):
+        for j, (sid, dtype, local) in enumerate(seg.arena_arrays):
             dt = w.const(dtype, "d")
             w.emit(f"a{j} = _nd(S[{sid}], {dt}, buf, O[{local}])" if self.allocator == "pool"
                    else f"a{j} = _empty(S[{sid}], {dt})")

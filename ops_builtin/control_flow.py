@@ -92,6 +92,21 @@ def _declared_dtype(vi: ValueInfo):
     return vi.dtype if vi.elem_type else None
 
 
+def _declared_outputs(g: Graph) -> tuple:
+    """(dims, None for each dim that is not fixed; dtype) of each output of a subgraph, read
+    once from its declarations (they never change; an If infers its outputs every run)."""
+    found = g.__dict__.get("_dynashape_declared_outputs")
+    if found is None:
+        found = tuple((None if vi.dims is None else tuple(d.value if d.kind == FIXED else None for d in vi.dims),
+                       _declared_dtype(vi)) for vi in g.outputs)
+        g.__dict__["_dynashape_declared_outputs"] = found
+    return found
+
+
+def _with_fresh_dims(ctx: InferContext, dims) -> tuple | None:
+    return None if dims is None else tuple(ctx.new_dim() if d is None else d for d in dims)
+
+
 def _merge_shapes(ctx: InferContext, a: tuple | None, b: tuple | None) -> tuple | None:
     """One shape covering both branches: equal dims kept, others fresh; None when ranks differ."""
     if a is None or b is None or len(a) != len(b):
@@ -159,18 +174,17 @@ def _if_shape(ctx: InferContext):
     _scalar_flag(ctx, 0, "cond")
     chosen = _if_chosen(ctx)
     if chosen is not None:
-        g = then_g if chosen else else_g
-        return [_declared_shape(ctx, vi) for vi in g.outputs]
-    return [_merge_shapes(ctx, _declared_shape(ctx, a), _declared_shape(ctx, b))
-            for a, b in zip(then_g.outputs, else_g.outputs)]
+        return [_with_fresh_dims(ctx, dims) for dims, _ in _declared_outputs(then_g if chosen else else_g)]
+    return [_merge_shapes(ctx, _with_fresh_dims(ctx, a), _with_fresh_dims(ctx, b))
+            for (a, _), (b, _) in zip(_declared_outputs(then_g), _declared_outputs(else_g))]
 
 
 def _if_dtype(ctx: InferContext):
     then_g, else_g = _if_branches(ctx)
     chosen = _if_chosen(ctx)
     out = []
-    for a, b in zip(then_g.outputs, else_g.outputs):
-        da, db = _declared_dtype(a), _declared_dtype(b)
+    for a, b, (_, da), (_, db) in zip(then_g.outputs, else_g.outputs, _declared_outputs(then_g),
+                                     _declared_outputs(else_g)):
         if da is not None and db is not None and da != db:
             ctx.fail(f"branch outputs '{a.name}' ({da}) and '{b.name}' ({db}) must have one dtype",
                      kind="BranchDtypeMismatch")
