@@ -216,7 +216,7 @@ def check_plan_memory(plan: Plan) -> None:
     bad = check_no_overlap(plan.memory.blocks)
     if bad:
         a, b = bad[0]
-        names = plan.program.pg.names
+        names = plan.program.slot_names
         raise MemoryPlanError(
             f"memory plan overlaps: '{names[a.slots[0]]}' (steps {a.first}-{a.last}, bytes "
             f"{a.offset}-{a.offset + a.size}) and '{names[b.slots[0]]}' (steps {b.first}-{b.last}, "
@@ -286,7 +286,7 @@ class _Interpreter:
         buf = self.arena.buffer
         base = buf.ctypes.data
         top = base + buf.nbytes
-        names = self.plan.program.pg.names
+        names = self.plan.program.slot_names
         t = st.t
         for s in slots:
             a = v[s] if s >= 0 else None

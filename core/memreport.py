@@ -35,7 +35,7 @@ def plan_report(session, plan) -> dict:
     outputs and data-dependent shapes).
     """
     mem = plan.memory
-    names = session.graph.names
+    names = plan.program.slot_names
     dtypes = plan.program.sg.dtypes
     n_steps = plan.program.n_steps
     last = _tensor_last_uses(plan)

@@ -32,6 +32,7 @@ __all__ = [
     "run_dynamic",
     "fold",
     "trace_prepare",
+    "trace_scratch",
     "has_subgraph",
     "contains_expr",
 ]
@@ -153,9 +154,12 @@ def run_once(pn: PreparedNode, kernel: KernelDef, ctx: InferContext, arrays: Seq
     inferred (None where a shape is not concrete) and run it once."""
     outs = [np.empty(s, dtype=d) if _all_ints(s) and d is not None else None
             for s, d in zip(ctx.output_shapes, ctx.output_dtypes)]
+    n = len(outs)
+    if kernel.scratch is not None:
+        outs.extend(np.empty(shape, dtype) for shape, dtype in kernel.scratch(ctx))
     if prepared is None:
         prepared = kernel.prepare(ctx) if kernel.prepare is not None else ctx
-    return run_kernel(pn, kernel.compute, prepared, arrays, outs)
+    return run_kernel(pn, kernel.compute, prepared, arrays, outs)[:n]
 
 
 def run_dynamic(pn: PreparedNode, registry: Registry, arrays: Sequence, services: Optional[NodeServices],
@@ -254,6 +258,19 @@ def trace_prepare(kernel: KernelDef, ctx: InferContext) -> PrepareTrace:
     if found is None:
         return PrepareTrace(CONCRETE)
     return PrepareTrace(SYMBOLIC if found else STATIC, value)
+
+
+def trace_scratch(kernel: KernelDef, ctx: InferContext) -> Optional[list]:
+    """The kernel's scratch buffers as ``[(symbolic shape, dtype), ...]``, traced once (None
+    when it declares none or its shapes cannot be written symbolically)."""
+    if kernel is None or kernel.scratch is None:
+        return None
+    try:
+        with strict_comparisons():
+            found = [(tuple(shape), np.dtype(dtype)) for shape, dtype in kernel.scratch(ctx)]
+    except Exception:  # noqa: BLE001 - then the kernel allocates its scratch itself
+        return None
+    return found
 
 
 _OPAQUE = (str, bytes, int, float, bool, complex, np.dtype, np.generic, type(None), InferContext)

@@ -278,10 +278,11 @@ def _reference(program: Program, segment: Segment, env: dict) -> tuple:
 
 def _infer_concretely(program: Program, segment: Segment, env: dict) -> tuple:
     pg, sg = program.pg, program.sg
-    n = len(pg.names)
+    n = len(sg.shapes)       # the graph's slots and the kernels' scratch buffers
     shapes: list = [None] * n
     dtypes: list = list(sg.dtypes)
     values: list = [None] * n
+    scratch = {st.index: st for seg in program.segments for st in seg.steps + seg.plan_nodes if st.scratch}
     for s, arr in pg.constants.items():
         shapes[s], values[s] = tuple(arr.shape), arr
     for s in pg.input_slots:
@@ -301,6 +302,10 @@ def _infer_concretely(program: Program, segment: Segment, env: dict) -> tuple:
         for o, shape in zip(pn.outputs, ctx.output_shapes):
             if o >= 0:
                 shapes[o] = shape
+        if idx in scratch:
+            st = scratch[idx]
+            for slot, (shape, _) in zip(st.scratch, st.kernel.scratch(ctx)):
+                shapes[slot] = tuple(shape)
         if status == FOLDED:
             folded = fold(pn, sg.kernels[idx], ctx, values, limit=1 << 62)
             if folded is None:
@@ -327,7 +332,7 @@ def _cross_check(program: Program, segment: Segment, numbers: tuple, reference: 
     """Validation mode: the generated numbers must equal per-node inference's."""
     shapes, values, prepared, sizes = numbers
     ref_shapes, ref_values, ref_prepared, ref_sizes = reference
-    names = program.pg.names
+    names = program.slot_names
     for sid, (got, want) in enumerate(zip(shapes, ref_shapes)):
         if tuple(got) != tuple(want):
             raise PlanCheckError(f"symbolic shape of '{names[segment.shape_slots[sid][0]]}' is {tuple(got)}, "

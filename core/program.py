@@ -29,7 +29,7 @@ import numpy as np
 
 from .codegen import CodeWriter, ExprCoder
 from .graph import PreparedGraph, PreparedNode
-from .node import CONCRETE, STATIC, SYMBOLIC, NodeServices, PrepareTrace, trace_prepare
+from .node import CONCRETE, STATIC, SYMBOLIC, NodeServices, PrepareTrace, trace_prepare, trace_scratch
 from .planner import StepSpec, lifetimes
 from .registry import Registry
 from .symbolic import Expr, free_symbols, is_nonneg, sym
@@ -69,6 +69,7 @@ class Step:
     in_sids: tuple = ()        # shape ids of inputs/outputs (concrete preparation, validation)
     out_sids: tuple = ()
     t: int = -1                # global step index (lifetimes), -1 for plan nodes
+    scratch: tuple = ()        # slots of the kernel's scratch buffers (after the graph's own slots)
 
 
 @dataclass
@@ -140,6 +141,7 @@ class Program:
         self.services = NodeServices(pg.opsets, registry, self._compile_body)
         self.sg: SymbolicGraph = infer_symbolic(pg, registry, input_dims, input_dtypes, self.services, input_values)
         sg = self.sg
+        self.slot_names = list(pg.names)     # the graph's tensors, then the kernels' scratch buffers
         self.template: list = [None] * len(pg.names)
         for s, arr in pg.constants.items():
             self.template[s] = arr
@@ -194,7 +196,7 @@ class Program:
                     pn = pg.nodes[idx]
                     kernel = sg.kernels[idx]
                     step = Step(idx, pn, kernel, tuple(pn.all_inputs), tuple(pn.outputs),
-                                trace_prepare(kernel, sg.contexts[idx]))
+                                trace_prepare(kernel, sg.contexts[idx]), scratch=self._scratch_slots(idx, kernel))
                     if status == STEP:
                         step.t = t
                         t += 1
@@ -209,6 +211,20 @@ class Program:
                     # outer-scope values that are constants here are compiled into the subgraphs
                     seg.binding_inputs.append(pn.inputs + tuple(i for i in pn.implicit if self.template[i] is None))
         self.n_steps = t
+
+    def _scratch_slots(self, idx: int, kernel) -> tuple:
+        """Slots for the kernel's scratch buffers (shapes traced symbolically), or ()."""
+        found = trace_scratch(kernel, self.sg.contexts[idx])
+        if not found:
+            return ()
+        slots = []
+        for k, (shape, dtype) in enumerate(found):
+            slots.append(len(self.sg.shapes))
+            self.sg.shapes.append(shape)
+            self.sg.dtypes.append(dtype)
+            self.sg.values.append(None)
+            self.slot_names.append(f"{self.pg.nodes[idx].node.name}:scratch{k}")
+        return tuple(slots)
 
     def _binding_hint(self, idx: int) -> tuple:
         """(kernel, prepared) a binding node can reuse each run: the kernel chosen for its
@@ -238,8 +254,9 @@ class Program:
                 if status == BINDING:
                     specs.append(StepSpec(tuple(pn.all_inputs), tuple(pn.outputs), (None,) * len(pn.outputs), aliases))
                     continue
+                scratch = self._step_of[idx].scratch
                 sizes = tuple(_size_expr(sg.shapes[o], sg.dtypes[o]) if o >= 0 and o not in outputs else None
-                              for o in pn.outputs)
+                              for o in pn.outputs + scratch)
                 kernel = sg.kernels[idx]
                 inplace = ()
                 if pool and kernel is not None and kernel.may_inplace:
@@ -250,7 +267,7 @@ class Program:
                         and producer_segment.get(pn.inputs[i]) is seg
                         and sg.shapes[pn.inputs[i]] == sg.shapes[pn.outputs[k]]
                         and sg.dtypes[pn.inputs[i]] == sg.dtypes[pn.outputs[k]])
-                specs.append(StepSpec(tuple(pn.all_inputs), tuple(pn.outputs), sizes, aliases, inplace))
+                specs.append(StepSpec(tuple(pn.all_inputs), tuple(pn.outputs) + scratch, sizes, aliases, inplace))
                 for o in pn.outputs:
                     if o >= 0:
                         producer_segment[o] = seg_of[idx]
@@ -258,6 +275,7 @@ class Program:
 
     def _make_memory(self) -> None:
         """Blocks (lifetimes over the global step order), fresh blocks, per-segment arenas."""
+        self._step_of = {st.index: st for st in self.steps}
         specs = self._step_specs()
         self.blocks = lifetimes(specs, keep=self.pg.output_slots, inplace=self.allocator == "pool")
         outputs = set(self.pg.output_slots)
@@ -333,7 +351,7 @@ class Program:
         for st in seg.steps:
             aliases = {k for k, _ in st.node.opdef.aliases}
             specs = []
-            for k, o in enumerate(st.outputs):
+            for k, o in enumerate(st.outputs + st.scratch):
                 dtype = sg.dtypes[o] if o >= 0 else None
                 if o < 0 or k in aliases or dtype is None:
                     specs.append(OutSpec())
@@ -358,7 +376,7 @@ class Program:
             aliases = {k for k, _ in st.node.opdef.aliases}
             st.outs = tuple(OutSpec() if o < 0 or k in aliases or sg.dtypes[o] is None
                             else OutSpec(FRESH, self._sid(seg, o), sg.dtypes[o])
-                            for k, o in enumerate(st.outputs))
+                            for k, o in enumerate(st.outputs + st.scratch))
 
     def _output_copies(self) -> list[bool]:
         """Per graph output: must ``run`` copy it? Only arrays made by this run are handed

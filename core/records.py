@@ -111,6 +111,11 @@ class KernelDef:
         reads: indices of the inputs ``compute`` reads (None: all). An input it never reads
             (a Reshape's ``shape``: its value is already in the prepared argument) is not
             made for it when it is computed from shapes alone.
+        scratch: optional ``ctx -> [(shape, dtype), ...]``, the temporary buffers ``compute``
+            needs; they come after the node's outputs in ``outputs`` (``outputs[n + k]`` for a
+            node with ``n`` outputs) and are planned in the arena like tensors that live only
+            during the step. Written like ``infer_shape`` (shapes symbolic at import, traced
+            once); a buffer the engine could not plan arrives as None: allocate it then.
     """
 
     op_type: str
@@ -125,6 +130,7 @@ class KernelDef:
     may_inplace: tuple = ()
     priority: int = 0
     reads: Optional[tuple] = None
+    scratch: Optional[Callable[["InferContext"], Sequence[tuple]]] = None
     plugin: str = ""
 
     def covers(self, opset: int) -> bool:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 from dynashape.dtypes import np_dtype
 from dynashape.records import OpLibrary, same_dtype
-from dynashape.shapes import is_known, normalize_axis, numel, pool_output_dim
+from dynashape.shapes import dim_max, dim_min, is_known, normalize_axis, numel, pool_output_dim
 
 lib = OpLibrary()
 
@@ -289,8 +289,7 @@ class _ConvPlan:
 def _conv_bands(x, out, geom: _Geometry, group: int, m: int, k: int, itemsize: int) -> tuple:
     n, c = x[0], x[1]
     rest = int(np.prod(out[1:]))
-    row_bytes = n * c * k * rest * itemsize
-    rows_per_band = max(1, out[0] if row_bytes * out[0] <= _COLS_BYTES else _COLS_BYTES // max(row_bytes, 1))
+    rows_per_band = _conv_rows_per_band(n, c, k, out, itemsize)
     bands = []
     for r0 in range(0, max(out[0], 1), rows_per_band):
         r1 = min(out[0], r0 + rows_per_band)
@@ -320,6 +319,60 @@ def _im2col_taps_of(out: tuple, in_spatial: tuple, kernel: tuple, strides: tuple
     return tuple(((slice(None), t, slice(None)) + a[2:], b) for t, a, b in taps), all_full
 
 
+def _conv_mode(x, w, group: int, k: int, geom: _Geometry) -> str:
+    """How a Conv runs: "pointwise" (1x1, stride 1, no padding: X is its own im2col),
+    "depthwise" (one channel per group) or "im2col"."""
+    c, m = x[1], w[0]
+    if k == 1 and all(s == 1 for s in geom.strides) and not any(geom.pads_begin) and not any(geom.pads_end) \
+            and tuple(geom.out) == tuple(x[2:]):
+        return "pointwise"
+    if group == c and m == c and c > 1:
+        return "depthwise"
+    return "im2col"
+
+
+def _conv_rows_per_band(n, c, k: int, out: tuple, itemsize: int):
+    """Output rows per im2col band: all of them while the columns stay under _COLS_BYTES."""
+    row_bytes = n * c * k * numel(out[1:]) * itemsize
+    return dim_max(1, dim_min(out[0], _COLS_BYTES // dim_max(row_bytes, 1)))
+
+
+def _conv_scratch(ctx) -> list:
+    """Conv's temporaries, planned in the arena: the columns and products of one im2col band,
+    or the per-tap products of a depthwise Conv; and the result in the compute dtype when Y
+    is a half type."""
+    x, w = ctx.shape(0), ctx.shape(1)
+    group = int(ctx.attr("group", 1))
+    kernel = _spatial_kernel(ctx, x, w, required=False)
+    geom = _window_geometry(ctx, x[2:], kernel)
+    out = tuple(geom.out)
+    n, c, m = x[0], x[1], w[0]
+    k = int(np.prod(kernel))
+    cdtype = _compute_dtype(ctx.dtype(0))
+    mode = _conv_mode(x, w, group, k, geom)
+    full = n * m * numel(out)
+    if mode == "im2col":
+        rows = _conv_rows_per_band(n, c, k, out, cdtype.itemsize)
+        band = n * rows * numel(out[1:])
+        buffers = [((c * k * band,), cdtype), ((m * band,), cdtype)]
+    elif mode == "depthwise":
+        buffers = [((full,), cdtype)]
+    else:
+        buffers = []
+    if np.dtype(ctx.dtype(0)) != cdtype:
+        buffers.append(((full,), cdtype))
+    return buffers
+
+
+def _scratch(outputs: list, k: int, size: int, dtype: np.dtype) -> np.ndarray:
+    """The first ``size`` elements of scratch buffer ``k`` (after the outputs), or a new array
+    when the engine planned none."""
+    buf = outputs[k] if k < len(outputs) else None
+    if buf is None or buf.size < size:
+        return np.empty(size, dtype)
+    return buf[:size]
+
+
 def _conv_prepare(ctx) -> _ConvPlan:
     x, w = ctx.shape(0), ctx.shape(1)
     group = int(ctx.attr("group", 1))
@@ -331,13 +384,12 @@ def _conv_prepare(ctx) -> _ConvPlan:
     cdtype = _compute_dtype(ctx.dtype(0))
     bias_shape = (m,) + (1,) * len(out)
     out_shape = (n, m) + out
-    pointwise = k == 1 and all(s == 1 for s in geom.strides) and not any(geom.pads_begin) \
-        and not any(geom.pads_end) and out == tuple(x[2:])
-    if pointwise:
+    mode = _conv_mode(x, w, group, k, geom)
+    if mode == "pointwise":
         size = int(np.prod(out))
         band = _ConvBand(None, (), (), False, (n, group, c // group, size), (n, group, m // group, size))
         return _ConvPlan("pointwise", cdtype, (group, m // group, c // group), (band,), bias_shape, out_shape)
-    if group == c and m == c and c > 1:
+    if mode == "depthwise":
         taps, _ = _taps(out, x[2:], geom)
         # the tap that covers the whole output (the centre one, usually) goes first: it initialises
         taps.sort(key=lambda tap: not all(s.start == 0 and s.stop == o for s, o in zip(tap[1][2:], out)))
@@ -347,8 +399,9 @@ def _conv_prepare(ctx) -> _ConvPlan:
     return _ConvPlan("im2col", cdtype, (group, m // group, (c // group) * k), bands, bias_shape, out_shape)
 
 
-def _conv_depthwise(x, w, res, p: _ConvPlan):
-    """Depthwise conv as one multiply-add per kernel tap over the whole output."""
+def _conv_depthwise(x, w, res, p: _ConvPlan, tmp: np.ndarray):
+    """Depthwise conv as one multiply-add per kernel tap over the whole output (``tmp``: a
+    scratch buffer of the output's shape)."""
     wt = np.ascontiguousarray(w.reshape(p.w_shape[2], p.w_shape[0]).T).reshape(p.w_shape)
     taps = p.bands[0].taps
     if not taps:
@@ -361,7 +414,6 @@ def _conv_depthwise(x, w, res, p: _ConvPlan):
         taps = taps[1:]
     else:
         res.fill(0)
-    tmp = np.empty_like(res)
     for (t, *dst), src in taps:
         dst = tuple(dst)
         part = tmp[dst]
@@ -379,41 +431,46 @@ def _conv_band(xt, wm, band: _ConvBand, cols: np.ndarray, res: np.ndarray) -> No
     np.matmul(wm, cols.reshape(band.mat_shape), out=res)
 
 
-def _conv_im2col(x, w, y, p: _ConvPlan):
+def _conv_im2col(x, w, y, p: _ConvPlan, cols_buf: np.ndarray, res_buf: np.ndarray):
+    """im2col + one matmul per band; ``cols_buf`` / ``res_buf``: flat scratch buffers of at
+    least the first band's columns and products."""
     wm = w.reshape(p.w_shape)
     xt = x.swapaxes(0, 1)
     n, m = y.shape[0], y.shape[1]
     first = p.bands[0]
-    cols = np.empty(first.cols_shape, p.cdtype)
+    cols = cols_buf[:int(np.prod(first.cols_shape))].reshape(first.cols_shape)
     if len(p.bands) == 1:
         if n == 1:   # (G, M/G, 1, OUT) is the output's own layout
             _conv_band(xt, wm, first, cols, y.reshape(first.res_shape))
         else:
-            res = np.empty(first.res_shape, p.cdtype)
+            res = res_buf[:int(np.prod(first.res_shape))].reshape(first.res_shape)
             _conv_band(xt, wm, first, cols, res)
             y[...] = res.reshape((m, n) + y.shape[2:]).swapaxes(0, 1)
         return
-    cols_buf = cols.reshape(-1)
-    res_buf = np.empty(int(np.prod(first.res_shape)), p.cdtype)
     for band in p.bands:
         part = res_buf[:int(np.prod(band.res_shape))].reshape(band.res_shape)
         _conv_band(xt, wm, band, cols_buf[:int(np.prod(band.cols_shape))].reshape(band.cols_shape), part)
         y[:, :, band.rows] = part.reshape((m, n) + band.cols_shape[3:]).swapaxes(0, 1)
 
 
-@lib.kernel("Conv", prepare=_conv_prepare)
+@lib.kernel("Conv", prepare=_conv_prepare, scratch=_conv_scratch)
 def _conv(inputs, outputs, p: _ConvPlan):
+    """Conv into Y; temporaries come from the scratch buffers after Y (see _conv_scratch)."""
     x = _as(inputs[0], p.cdtype)
     w = _as(inputs[1], p.cdtype)
     y = outputs[0]
-    res = y if y.dtype == p.cdtype else np.empty(p.out_shape, p.cdtype)
+    size = int(np.prod(p.out_shape))
+    n_tmp = 2 if p.mode == "im2col" else 1 if p.mode == "depthwise" else 0
+    res = y if y.dtype == p.cdtype else _scratch(outputs, 1 + n_tmp, size, p.cdtype).reshape(p.out_shape)
     if p.mode == "pointwise":
         band = p.bands[0]
         np.matmul(w.reshape(p.w_shape), x.reshape(band.mat_shape), out=res.reshape(band.res_shape))
     elif p.mode == "depthwise":
-        _conv_depthwise(x, w, res, p)
+        _conv_depthwise(x, w, res, p, _scratch(outputs, 1, size, p.cdtype).reshape(p.out_shape))
     else:
-        _conv_im2col(x, w, res, p)
+        first = p.bands[0]
+        _conv_im2col(x, w, res, p, _scratch(outputs, 1, int(np.prod(first.cols_shape)), p.cdtype),
+                     _scratch(outputs, 2, int(np.prod(first.res_shape)), p.cdtype))
     if len(inputs) > 2 and inputs[2] is not None:
         np.add(res, _as(inputs[2], p.cdtype).reshape(p.bias_shape), out=res)
     _store(y, res)
@@ -1000,23 +1057,44 @@ def _layer_norm_shape(ctx):
     return [tuple(x)] + [stats] * (ctx.num_outputs - 1)
 
 
+def _layer_norm_cdtype(ctx) -> np.dtype:
+    stash = np_dtype(int(ctx.attr("stash_type", 1)))
+    return _F64 if _F64 in (np.dtype(ctx.dtype(0)), stash) else _F32
+
+
 def _layer_norm_prepare(ctx):
     rank = len(ctx.shape(0))
     axis = normalize_axis(ctx, ctx.attr("axis", -1), rank)
-    stash = np_dtype(int(ctx.attr("stash_type", 1)))
-    cdtype = _F64 if _F64 in (np.dtype(ctx.dtype(0)), stash) else _F32
-    return cdtype, tuple(range(axis, rank)), float(ctx.attr("epsilon", 1e-5))
+    return _layer_norm_cdtype(ctx), tuple(range(axis, rank)), float(ctx.attr("epsilon", 1e-5)), ctx.num_outputs
 
 
-@lib.kernel("LayerNormalization", prepare=_layer_norm_prepare)
+def _layer_norm_scratch(ctx) -> list:
+    """The centred input and its squares, in the compute dtype."""
+    shape = tuple(ctx.shape(0))
+    return [(shape, _layer_norm_cdtype(ctx))] * 2
+
+
+@lib.kernel("LayerNormalization", prepare=_layer_norm_prepare, scratch=_layer_norm_scratch)
 def _layer_norm(inputs, outputs, prepared):
-    cdtype, axes, eps = prepared
-    y, mean, inv_std = _normalize(_as(inputs[0], cdtype), axes, eps, cdtype)
-    y *= _as(inputs[1], cdtype)
+    """(X - mean) / sqrt(var + epsilon) * Scale + B over the normalised axes, into Y; the
+    centred input and its squares live in scratch buffers."""
+    cdtype, axes, eps, n = prepared
+    x = _as(inputs[0], cdtype)
+    y = outputs[0]
+    size = x.size
+    centered = _scratch(outputs, n, size, cdtype).reshape(x.shape)
+    squares = _scratch(outputs, n + 1, size, cdtype).reshape(x.shape)
+    mean = x.mean(axis=axes, keepdims=True, dtype=cdtype)
+    np.subtract(x, mean, out=centered)
+    np.square(centered, out=squares)
+    inv_std = 1.0 / np.sqrt(squares.mean(axis=axes, keepdims=True) + eps)
+    result = y if y.dtype == cdtype else squares
+    np.multiply(centered, inv_std, out=result)
+    np.multiply(result, _as(inputs[1], cdtype), out=result)
     if len(inputs) > 2 and inputs[2] is not None:
-        y += _as(inputs[2], cdtype)
-    _store(outputs[0], y)
-    for out, value in zip(outputs[1:3], (mean, inv_std)):
+        np.add(result, _as(inputs[2], cdtype), out=result)
+    _store(y, result)
+    for out, value in zip(outputs[1:n], (mean, inv_std)):
         if out is not None:
             _store(out, value)
 

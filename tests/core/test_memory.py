@@ -55,7 +55,7 @@ def _where(sess, plan):
     plans, out = [plan], {}
     while plans:
         p = plans.pop()
-        out.update({sess.graph.names[s]: (b.id, k) for b in p.memory.blocks for s, k in zip(b.slots, b.kinds)})
+        out.update({p.program.slot_names[s]: (b.id, k) for b in p.memory.blocks for s, k in zip(b.slots, b.kinds)})
         plans.extend(p.next.values())
     return out
 
@@ -522,3 +522,60 @@ def test_a_data_dependent_view_keeps_its_source_block_alive():
         plan = sess.last_plan
         where = _where(sess, plan)
         assert where["r"] == (where["a"][0], VIEW) and where["b"][0] != where["a"][0]
+
+
+# kernel scratch buffers ------------------------------------------------------------------------
+
+@pytest.fixture
+def scratch_op():
+    """test.memory::SumOfSquares(x) = (x * x).sum(-1, keepdims) with x*x in a scratch buffer;
+    records the address and shape of every scratch buffer it gets."""
+    lib = OpLibrary()
+    seen = []
+
+    @lib.op("SumOfSquares", 1, domain="test.memory", infer_dtype=same_dtype(0))
+    def _shape(ctx):
+        return [tuple(ctx.shape(0)[:-1]) + (1,)]
+
+    def _scratch(ctx):
+        return [(tuple(ctx.shape(0)), ctx.dtype(0))]
+
+    @lib.kernel("SumOfSquares", domain="test.memory", scratch=_scratch)
+    def _kernel(inputs, outputs, ctx):
+        tmp = outputs[1]
+        seen.append((tmp.ctypes.data, tmp.shape))
+        np.multiply(inputs[0], inputs[0], out=tmp)
+        np.sum(tmp, axis=-1, keepdims=True, out=outputs[0])
+
+    name = dynashape.register_plugin(lib.plugin(), name="test-memory-scratch")
+    yield seen
+    dynashape.unregister_plugin(name)
+
+
+def test_kernel_scratch_is_planned_in_the_arena_for_the_step_only(scratch_op):
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["a"]),
+                           helper.make_node("SumOfSquares", ["a"], ["s"], domain="test.memory"),
+                           helper.make_node("Neg", ["s"], ["n"]), helper.make_node("Add", ["a", "n"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", F, ["b", 16])], [helper.make_tensor_value_info("y", F, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("test.memory", 1)])
+    for validate in (False, True):
+        scratch_op.clear()
+        sess = dynashape.InferenceSession(m, validate_memory=validate)
+        for b in (4, 4, 2, 4):
+            x = _x(b, 16, seed=b)
+            (y,) = sess.run(None, {"x": x})
+            a = np.maximum(x, 0)
+            np.testing.assert_allclose(y, a - (a * a).sum(-1, keepdims=True), rtol=1e-5)
+        plan = sess.plan({"x": _x(4, 16)})
+        where = _where(sess, plan)
+        block = where["SumOfSquares_1:scratch0"]
+        (b,) = [bl for bl in plan.memory.blocks if bl.id == block[0]]
+        assert (b.first, b.last, b.size) == (1, 1, 4 * 16 * 4)        # lives during its step only
+        base = sess.arena.buffer.ctypes.data
+        assert all(base <= addr < base + sess.arena_bytes for addr, _ in scratch_op)
+        # the same buffer run after run at one signature (planned, not allocated per run)
+        assert scratch_op[0] == scratch_op[1] and scratch_op[2][1] == (2, 16)
+    # the node contract provides scratch to a node run on its own too
+    from dynashape.testing import run_node
+    (s,) = run_node("SumOfSquares", [np.ones((2, 3), np.float32)], opset=1, domain="test.memory")
+    np.testing.assert_array_equal(s, [[3], [3]])
