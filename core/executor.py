@@ -28,8 +28,8 @@ __all__ = ["Arena", "ExecutionContext", "RunStats", "MAX_CONTINUATIONS"]
 
 #: Plans kept per binding point (the next segment, by the values of the symbols it binds).
 MAX_CONTINUATIONS = 32
-#: Plans an execution context keeps buffers bound for.
-MAX_BINDINGS = 64
+#: Plans an execution context keeps buffers bound for (about twice a plan cache).
+MAX_BINDINGS = 16
 #: An arena that grows takes at least this many times its old capacity.
 GROWTH = 1.5
 
@@ -176,9 +176,10 @@ class ExecutionContext:
         nxt = build_plan(plan.program, following, env, known=v, validate=self.validate)
         if self.validate:
             check_plan_memory(nxt)
-        if len(plan.next) >= MAX_CONTINUATIONS:
-            plan.next.pop(next(iter(plan.next)), None)
-        plan.next[key] = nxt
+        with plan.program.cache_lock:     # plans are shared by contexts: one writer at a time
+            if len(plan.next) >= MAX_CONTINUATIONS:
+                plan.next.pop(next(iter(plan.next)), None)
+            plan.next[key] = nxt
         self.stats.continuation_plans += 1
         self.stats.planning_ms += (time.perf_counter() - t0) * 1e3
         return nxt

@@ -237,7 +237,7 @@ def _layout(plan: Plan, segment: Segment, sizes: tuple) -> None:
     w = CodeWriter(f"{plan.program.name}-layout{segment.index}")
     write_layout(w, segment.blocks, order, plan.program.n_steps)
     layout = w.compile()["layout"]
-    with plan.program._lock:
+    with plan.program.cache_lock:
         segment.layouts = [(order, layout)] + [x for x in segment.layouts if x[0] != order][:MAX_LAYOUTS - 1]
 
 

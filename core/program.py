@@ -137,7 +137,7 @@ class Program:
         self.name = name
         self.input_dims = dict(input_dims)
         self.input_dtypes = dict(input_dtypes)
-        self._lock = threading.Lock()
+        self.cache_lock = threading.Lock()   # guards what plans add to it: layouts, continuations
         self.services = NodeServices(pg.opsets, registry, self._compile_body)
         self.sg: SymbolicGraph = infer_symbolic(pg, registry, input_dims, input_dtypes, self.services, input_values)
         sg = self.sg
