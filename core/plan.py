@@ -145,7 +145,8 @@ def build_plan(program: Program, segment: Segment, env: dict, known: Optional[li
         vals = known
     for slot, value in zip(segment.value_slots, values):
         vals[slot] = value
-        plan.values.append((slot, value))
+    if segment.index > 0:
+        plan.values.extend(zip(segment.value_slots, values))
     plan.prepared = _prepared(segment.steps, segment.static_prepared, segment.symbolic_positions,
                               segment.concrete_positions, symbolic_prepared, shapes, vals, program)
     if segment.plan_nodes:
@@ -169,12 +170,14 @@ def _prepared(steps: list, static: list, symbolic_positions: list, concrete_posi
 
 
 def _concrete_context(program: Program, st, shapes: tuple, vals: list):
-    """The concrete InferContext of a step for kernel preparation."""
+    """The concrete InferContext of a step for kernel preparation: concrete shapes, and the
+    values a signature fixes (never a run's data: the plan is shared by runs)."""
     sg = program.sg
+    known = program.known_by_signature
     ctx = InferContext(st.node.node, st.node.opset,
                        [shapes[s] if s >= 0 else None for s in st.in_sids],
                        [sg.dtypes[i] if i >= 0 else None for i in st.inputs],
-                       [vals[i] if i >= 0 else None for i in st.inputs], services=program.services)
+                       [vals[i] if i in known else None for i in st.inputs], services=program.services)
     ctx.output_shapes = [shapes[s] if s >= 0 else None for s in st.out_sids]
     ctx.output_dtypes = [sg.dtypes[o] if o >= 0 else None for o in st.outputs]
     return ctx

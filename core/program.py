@@ -150,6 +150,9 @@ class Program:
                 for o in pn.outputs:
                     if o >= 0 and sg.values[o] is not None and sg.values[o].dtype != object:
                         self.template[o] = sg.values[o]
+        #: slots whose value a signature fixes: constants, folded and plan-time values
+        self.known_by_signature = set(pg.constants) | {
+            o for idx, pn in enumerate(pg.nodes) if sg.status[idx] in (FOLDED, PLAN) for o in pn.outputs if o >= 0}
         self.segments: list[Segment] = []
         self.steps: list[Step] = []          # every run-time step of every segment, in order
         self._make_segments()
