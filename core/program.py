@@ -163,6 +163,7 @@ class Program:
             self._generate(seg)
         self.binder = self._make_binder()
         self.output_copy = self._output_copies()
+        self.copies_outputs = any(self.output_copy)
 
     # --- structure ---------------------------------------------------------------------
     def _make_segments(self) -> None:
