@@ -375,11 +375,11 @@ def write_layout(writer, blocks: Sequence[Block], order: Sequence[int], n_steps:
     placed: list = []
     for k in order:
         b = blocks[k]
-        below = [f"t{index[p.id]}" for p in placed if p.overlaps(b)]
+        below = [f"t{index[p.id]}" for p in _highest([p for p in placed if p.overlaps(b)])]
         writer.emit(f"o{k} = " + ("0" if not below else below[0] if len(below) == 1 else f"max({', '.join(below)})"))
         writer.emit(f"t{k} = o{k} + a{k}")
         placed.append(b)
-    ends = [f"t{k}" for k in range(len(blocks))]
+    ends = [f"t{index[p.id]}" for p in _highest(placed)]
     writer.emit("top = " + ("0" if not ends else ends[0] if len(ends) == 1 else f"max({', '.join(ends)})"))
     starts: dict = {}
     stops: dict = {}
@@ -397,3 +397,10 @@ def write_layout(writer, blocks: Sequence[Block], order: Sequence[int], n_steps:
             writer.emit("if live > bound: bound = live")
     offsets = "".join(f"o{k}, " for k in range(len(blocks)))
     writer.emit(f"return ({offsets}), top, bound")
+
+
+def _highest(placed: Sequence[Block]) -> list:
+    """The blocks of ``placed`` (in placement order) whose end can be the highest: a block
+    placed later that overlaps an earlier one sits above it, so it ends higher whatever
+    the sizes, and the earlier one drops out of any max over both."""
+    return [p for j, p in enumerate(placed) if not any(q.overlaps(p) for q in placed[j + 1:])]

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from dynashape import plan as plan_module
 from dynashape import program as program_module
+from dynashape.codegen import CodeWriter
 from dynashape.program import NONE
 from dynashape.planner import (
     INPLACE,
@@ -21,8 +22,11 @@ from dynashape.planner import (
     lifetimes,
     lower_bound,
     plan_offsets,
+    write_layout,
 )
 from dynashape.records import OpLibrary, same_dtype
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 from tests.models.test_zoo import _catalog, zoo_entry, zoo_feeds
@@ -283,6 +287,31 @@ def test_lower_bound_of_hand_made_blocks():
     plan = plan_offsets(blocks)
     assert plan.arena_bytes == 320 and not check_no_overlap(blocks)
     assert plan.naive_bytes == 0  # blocks without kinds: nothing counted
+
+
+_lifetime = st.tuples(st.integers(0, 12), st.integers(0, 6)).map(lambda fl: (fl[0], fl[0] + fl[1]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(_lifetime, st.integers(0, 5000)), min_size=1, max_size=14), st.randoms())
+def test_a_kept_placement_order_stacks_each_block_on_the_overlapping_ones_below_it(specs, rnd):
+    """The generated layout prunes its max terms to the blocks that can end highest; the
+    offsets must equal placing each block, in order, above every earlier overlapping one."""
+    blocks = [Block(k, 0, first, last) for k, ((first, last), _) in enumerate(specs)]
+    sizes = [n for _, n in specs]
+    order = list(range(len(blocks)))
+    rnd.shuffle(order)
+    w = CodeWriter("test-layout")
+    write_layout(w, blocks, order, n_steps=20)
+    offsets, top, bound = w.compile()["layout"](sizes)
+
+    expected, ends = {}, {}
+    for k in order:
+        expected[k] = max((ends[j] for j in ends if blocks[j].overlaps(blocks[k])), default=0)
+        ends[k] = expected[k] + align(sizes[k])
+    assert list(offsets) == [expected[k] for k in range(len(blocks))]
+    assert top == max(ends.values())
+    assert bound == lower_bound([Block(k, n, b.first, b.last) for k, (b, n) in enumerate(zip(blocks, sizes))])
 
 
 def _branchy_model():
