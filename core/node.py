@@ -15,6 +15,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import numpy as np
 
 from .errors import DynashapeError, ExecutionError
+from .fpstate import quiet_floating_point
 from .graph import PreparedNode
 from .records import InferContext, KernelDef
 from .registry import Registry
@@ -151,7 +152,8 @@ def run_kernel(pn: PreparedNode, compute, prepared: Any, arrays: Sequence, outs:
 def run_once(pn: PreparedNode, kernel: KernelDef, ctx: InferContext, arrays: Sequence,
              prepared: Any = None) -> list:
     """Prepare the kernel for ``ctx`` (unless ``prepared`` is given), allocate the outputs as
-    inferred (None where a shape is not concrete) and run it once."""
+    inferred (None where a shape is not concrete) and run it once, floating-point errors
+    quiet as in a run (Log(0) folds to -inf without a warning)."""
     outs = [np.empty(s, dtype=d) if _all_ints(s) and d is not None else None
             for s, d in zip(ctx.output_shapes, ctx.output_dtypes)]
     n = len(outs)
@@ -159,7 +161,8 @@ def run_once(pn: PreparedNode, kernel: KernelDef, ctx: InferContext, arrays: Seq
         outs.extend(np.empty(shape, dtype) for shape, dtype in kernel.scratch(ctx))
     if prepared is None:
         prepared = kernel.prepare(ctx) if kernel.prepare is not None else ctx
-    return run_kernel(pn, kernel.compute, prepared, arrays, outs)[:n]
+    with quiet_floating_point():
+        return run_kernel(pn, kernel.compute, prepared, arrays, outs)[:n]
 
 
 def run_dynamic(pn: PreparedNode, registry: Registry, arrays: Sequence, services: Optional[NodeServices],

@@ -46,7 +46,8 @@ def infer_node(op_type: str, inputs: Sequence[Optional[np.ndarray]], attrs: Opti
 
 def run_node(op_type: str, inputs: Sequence[Optional[np.ndarray]], attrs: Optional[dict] = None, *,
              opset: int = 21, domain: str = "", n_outputs: int = 1) -> list[Any]:
-    """Infer, allocate and run one node through the registry; returns its outputs."""
+    """Infer, allocate and run one node through the registry; returns its outputs
+    (floating-point errors quiet, as in a session's run)."""
     pn = _prepared_node(op_type, inputs, attrs, opset, domain, n_outputs)
     registry = get_registry()
     return run_dynamic(pn, registry, _arrays(inputs), NodeServices({domain: opset}, registry))

@@ -65,7 +65,9 @@ def apply_lowp(fn: MathFn, args: list, out: np.ndarray, prep) -> None:
 
 def register_kernels(library: OpLibrary, op_type: str, fn: MathFn, *, since_version: int = 1,
                      end_version: int | None = None, prepare=None, may_inplace: tuple = ()) -> None:
-    """Register ``fn`` as the kernel of ``op_type`` plus a float32-computing one for low precisions."""
+    """Register ``fn`` as the kernel of ``op_type`` plus a float32-computing one for low precisions.
+    A ``fn.kernel`` (the same computation with the kernel signature) is registered as it is,
+    saving a call per step on the hot path."""
     def compute(inputs, outputs, prep):
         fn(inputs, outputs[0], prep)
 
@@ -74,7 +76,7 @@ def register_kernels(library: OpLibrary, op_type: str, fn: MathFn, *, since_vers
 
     common = {"since_version": since_version, "end_version": end_version, "prepare": prepare,
               "may_inplace": may_inplace}
-    library.kernel(op_type, **common)(compute)
+    library.kernel(op_type, **common)(getattr(fn, "kernel", compute))
     library.kernel(op_type, dtypes=LOWP_DTYPES, priority=1, **common)(compute_lowp)
 
 
@@ -181,12 +183,20 @@ def _unary_shape_fn(kind: str | None):
 def _uf1(ufunc) -> MathFn:
     def fn(args, out, _):
         ufunc(args[0], out=out)
+
+    def kernel(inputs, outputs, _):
+        ufunc(inputs[0], out=outputs[0])
+    fn.kernel = kernel
     return fn
 
 
 def _uf2(ufunc) -> MathFn:
     def fn(args, out, _):
         ufunc(args[0], args[1], out=out)
+
+    def kernel(inputs, outputs, _):
+        ufunc(inputs[0], inputs[1], out=outputs[0])
+    fn.kernel = kernel
     return fn
 
 

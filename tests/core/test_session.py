@@ -1,6 +1,8 @@
 """Session behaviour: feed validation, recovery after a failed run, output ownership, arena policy."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -110,6 +112,28 @@ def test_session_usable_after_shape_inference_error():
     np.testing.assert_array_equal(out, np.zeros((1, 3), np.float32))
     assert sess.stats.failed_runs == 1 and sess.stats.runs == 1
 
+
+
+def test_runs_give_ieee_results_quietly_and_restore_the_callers_error_state():
+    # Div by zero and Log(0) (folded at session creation): inf and -inf as ONNX Runtime gives
+    # them, no RuntimeWarning;
+    # numpy's error state outside the run is the caller's, after a failed run too
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])
+    g = helper.make_graph([helper.make_node("Div", ["x", "z"], ["d"]), helper.make_node("Log", ["z"], ["l"])], "g",
+                          [x], [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["n"]) for n in ("d", "l")],
+                          [numpy_helper.from_array(np.zeros(2, np.float32), "z")])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sess = dynashape.InferenceSession(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+        d, lg = sess.run(None, {"x": np.array([1, -1], np.float32)})
+    assert not caught
+    with np.errstate(all="raise"):
+        d, lg = sess.run(None, {"x": np.array([1, -1], np.float32)})
+        with pytest.raises(dynashape.DynashapeError):
+            sess.run(None, {"x": np.ones(3, np.float32)})    # 3 vs 2 does not broadcast
+        assert np.geterr()["divide"] == "raise"
+    np.testing.assert_array_equal(d, [np.inf, -np.inf])
+    np.testing.assert_array_equal(lg, [-np.inf, -np.inf])
 
 def test_returned_arrays_are_untouched_by_later_runs(demo):
     results = []
