@@ -211,7 +211,8 @@ def fold(pn: PreparedNode, kernel: Optional[KernelDef], ctx: InferContext, value
         return [_as_value(o, d) for o, d in zip(outs, ctx.output_dtypes)]
     if op.propagate_value is None:
         return None
-    vals = op.propagate_value(ctx)
+    with quiet_floating_point():
+        vals = op.propagate_value(ctx)
     if vals is None or len(vals) < n_out or any(v is None for v in vals[:n_out]):
         return None
     return [_as_value(v, d) for v, d in zip(vals[:n_out], ctx.output_dtypes)]
