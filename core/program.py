@@ -494,26 +494,29 @@ class Program:
         value list ``v``, its output buffers (``B[pos]`` made by ``bind`` when ``bound``, or
         fresh arrays of shapes ``S``) and its prepared argument ``P[pos]``; store its outputs
         in ``v``. With ``memo`` (plan nodes: per node, the positions in the symbol values
-        ``E`` its outputs depend on), a node whose symbols have the values of a recent
-        signature reuses that signature's outputs (plan values are never written)."""
+        ``E`` its outputs depend on), a node whose symbols have the values they had for the
+        previous signature reuses its outputs then (plan values are never written): a new
+        batch size keeps the positions of the same sequence length. One entry per node, one
+        tuple swapped in at once, so concurrent plans never see a key with another's outputs.
+        """
         w = CodeWriter(f"{self.name}-{name}{seg.index}")
         w.namespace["_empty"] = np.empty
-        w.namespace["_remember"] = _remember
         w.emit(f"def {name}(v, B, P, S, E=()):", 0)
         if not steps:
             w.emit("return")
         for pos, st in enumerate(steps):
             written = [(k, o) for k, o in enumerate(st.outputs) if o >= 0]
             if memo is not None:
-                cache = w.const({}, "m")
+                last = w.const([((None,), ())], "m")
                 key = "(" + "".join(f"E[{k}], " for k in memo[pos]) + ")"
                 outs = "(" + "".join(f"v[{o}], " for _, o in written) + ")"
-                w.emit(f"c = {cache}.get({key})")
-                w.emit("if c is not None:")
-                w.emit(f"{outs} = c", 2)
+                w.emit(f"k = {key}")
+                w.emit(f"c = {last}[0]")
+                w.emit("if c[0] == k:")
+                w.emit(f"{outs} = c[1]", 2)
                 w.emit("else:")
                 self._emit_call(w, seg, st, pos, lines, bound, indent=2)
-                w.emit(f"_remember({cache}, {key}, {outs})", 2)
+                w.emit(f"{last}[0] = (k, {outs})", 2)
             else:
                 self._emit_call(w, seg, st, pos, lines, bound, indent=1)
         ns = w.compile()
@@ -624,18 +627,6 @@ class Program:
         return {"steps": len(self.steps), "plan_nodes": sum(len(s.plan_nodes) for s in self.segments),
                 "folded": self.sg.status.count(FOLDED), "binding": self.sg.status.count(BINDING),
                 "segments": len(self.segments), "prepare": dict(traces)}
-
-
-_MEMO_SIZE = 8
-_memo_lock = threading.Lock()
-
-
-def _remember(cache: dict, key: tuple, outputs: tuple) -> None:
-    """Keep a plan node's outputs for its symbols' values (the last few signatures)."""
-    with _memo_lock:
-        cache[key] = outputs
-        while len(cache) > _MEMO_SIZE:
-            del cache[next(iter(cache))]
 
 
 def _size_expr(shape, dtype) -> Optional[Any]:
