@@ -20,7 +20,7 @@ import numpy as np
 
 from .errors import DimParamMismatch
 from .executor import ExecutionContext, RunStats, check_plan_memory
-from .fpstate import ERRSTATE, IGNORE_ALL, quiet_floating_point, quiet_on
+from .fpstate import ERRSTATE, IGNORE_ALL, quiet_floating_point, quiet_off, quiet_on
 from .graph import PreparedGraph
 from .plan import Plan, build_plan
 from .program import Program
@@ -202,7 +202,7 @@ class Engine:
             if ERRSTATE is not None:
                 ERRSTATE.reset(token)
             else:
-                token.__exit__(None, None, None)
+                quiet_off(token)
             self._idle.append(ctx)
 
     def plan(self, key, feeds: Sequence) -> Plan:
