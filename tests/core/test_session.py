@@ -135,6 +135,22 @@ def test_runs_give_ieee_results_quietly_and_restore_the_callers_error_state():
     np.testing.assert_array_equal(d, [np.inf, -np.inf])
     np.testing.assert_array_equal(lg, [-np.inf, -np.inf])
 
+
+def test_the_numpy_1_fallback_of_the_quiet_state_restores_it_too(monkeypatch):
+    from dynashape import engine as engine_module
+    from dynashape import fpstate
+
+    monkeypatch.setattr(fpstate, "ERRSTATE", None)          # as on numpy 1.x: np.errstate
+    monkeypatch.setattr(engine_module, "ERRSTATE", None)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])
+    g = helper.make_graph([helper.make_node("Log", ["x"], ["y"])], "g", [x],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])])
+    sess = dynashape.InferenceSession(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    with np.errstate(all="raise"):
+        (y,) = sess.run(None, {"x": np.array([0, 1], np.float32)})
+        assert np.geterr()["divide"] == "raise"
+    np.testing.assert_array_equal(y, [-np.inf, 0])
+
 def test_returned_arrays_are_untouched_by_later_runs(demo):
     results = []
     inputs = [demo_input(b) for b in (1, 2, 8, 3, 1, 2)]
