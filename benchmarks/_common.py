@@ -227,8 +227,7 @@ def print_table(headers: Sequence[str], rows: Iterable[Sequence], align: str | N
 
 
 def short_error(exc: BaseException, width: int = 90) -> str:
-    msg = f"{type(exc).__name__}: {exc}".replace("\n", " ")
-    return msg if len(msg) <= width else msg[: width - 3] + "..."
+    return short_error_text(f"{type(exc).__name__}: {exc}".replace("\n", " "), width)
 
 
 def short_error_text(text: str, width: int = 90) -> str:

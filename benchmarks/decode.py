@@ -70,6 +70,10 @@ def ratio(a, b) -> float | None:
     return None if a is None or b is None or b == 0 else a / b
 
 
+def yes_no(flag: bool | None) -> str:
+    return "-" if flag is None else ("yes" if flag else "NO")
+
+
 def check_inputs(sess, info: D.DecodeInfo, decode: dict) -> str:
     """'' when the session's get_inputs() names and dtypes are the file's declared ones."""
     try:
@@ -83,7 +87,7 @@ def check_inputs(sess, info: D.DecodeInfo, decode: dict) -> str:
 
 def decode_engine(engine: str, model, info: D.DecodeInfo, decode: dict, steps: int, prompt) -> dict:
     """Greedy decoding on one fresh session of `engine`, repeating every step's feeds once."""
-    r = {"engine": engine, "error": "", "log": [], "repeat": [], "repeat_same": True, "warnings": []}
+    r = {"engine": engine, "error": "", "log": [], "repeat": [], "repeat_same": True}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -118,7 +122,7 @@ def summarize(r: dict, ref: dict | None) -> dict:
     if ref is not None and not ref["error"] and r is not ref:
         s["same_tokens"] = bool(np.array_equal(r["tokens"], ref["tokens"]))
         s["diff"] = max(C.max_abs_diff([a], [b]) for a, b in zip(r["logits"], ref["logits"]))
-        s["ratio"] = ratio(s["step"], summarize(ref, None)["step"])
+        s["ratio"] = ratio(s["step"], median_ms(ref["times"][1:]))
     return s
 
 
@@ -179,13 +183,13 @@ def bench_merged(key: str, path, results: dict, info: D.DecodeInfo) -> dict:
     for engine in ENGINES:
         m = results[engine]
         b = branch_alone(engine, branch, path, m, results["onnxruntime"], info)
-        merged_step = median_ms(b["merged_times"]) if b["merged_times"] else None
+        merged_step = median_ms(b["merged_times"])
         b["step"] = median_ms(b["times"])
         b["ratio"] = ratio(merged_step, b["step"])
         out[engine] = b
         rows.append([engine, C.fmt_ms(merged_step), C.fmt_ms(b["step"]),
                      "-" if b["ratio"] is None else f"{b['ratio']:.2f}",
-                     "-" if b["error"] else C.fmt(b["diff"]), "-" if b["error"] else ("yes" if b["same_tokens"] else "NO"),
+                     "-" if b["error"] else C.fmt(b["diff"]), "-" if b["error"] else yes_no(b["same_tokens"]),
                      f"{b['source']}'s" if not b["error"] else "-", b["error"]])
     C.print_table(["engine", "merged ms/step", "branch ms/step", "merged/branch", "max|diff| vs merged",
                    "same argmax", "feeds", "note"], rows, align="lrrrrrll")
@@ -193,7 +197,7 @@ def bench_merged(key: str, path, results: dict, info: D.DecodeInfo) -> dict:
     print(f"  dynashape merged / branch-alone per step = {C.fmt(d['ratio'])} (target <= {TARGET_MERGED}: "
           f"{C.verdict(None if d['ratio'] is None else d['ratio'] <= TARGET_MERGED)}); "
           f"ORT (reference) = {C.fmt(out['onnxruntime']['ratio'])}")
-    if "sess" in d and hasattr(d["sess"], "stats"):
+    if "sess" in d:
         C.print_stats(f"{key} branch", d["sess"].stats)
     print()
     return out
@@ -207,7 +211,7 @@ def bench_model(key: str, entry: dict, steps: int) -> dict:
     except Exception as exc:  # noqa: BLE001 - report it and go on
         print(f"{key}: FAILED {C.short_error(exc, 200)}\n")
         return {"key": key, "error": C.short_error(exc)}
-    prompt = D.default_prompt(info.vocab or int(decode.get("vocab", 1000)), PROMPT_LEN)
+    prompt = D.default_prompt(info.vocab or 1000, PROMPT_LEN)
     results = {e: decode_engine(e, path, info, decode, steps, prompt) for e in ENGINES}
     ref = results["onnxruntime"]
     sums = {e: summarize(results[e], ref) for e in ENGINES}
@@ -221,8 +225,8 @@ def bench_model(key: str, entry: dict, steps: int) -> dict:
         rows.append([e, C.fmt_ms(s.get("prompt")), C.fmt_ms(s.get("step")), C.fmt_ms(s.get("cached")),
                      "-" if s.get("first_cached") is None else f"{s['first_cached']:.2f}",
                      "-" if s.get("ratio") is None else f"{s['ratio']:.2f}",
-                     "-" if "same_tokens" not in s else ("yes" if s["same_tokens"] else "NO"),
-                     C.fmt(s.get("diff")), "-" if r["error"] else ("yes" if r["repeat_same"] else "NO"),
+                     yes_no(s.get("same_tokens")), C.fmt(s.get("diff")),
+                     "-" if r["error"] else yes_no(r["repeat_same"]),
                      stats.cache_misses if stats else "-",
                      f"{stats.planning_ms:.1f}" if stats else "-", note])
     print(f"{key}  ({path.relative_to(C.ZOO2_DIR)}; {len(info.pasts) // 2} layers, past heads x dim "
@@ -241,7 +245,7 @@ def bench_model(key: str, entry: dict, steps: int) -> dict:
               f"{C.verdict(None if s.get('ratio') is None else s['ratio'] <= TARGET_RATIO)}); "
               f"dynashape per-step / its cached run = {C.fmt(s['first_cached'])} (target <= {TARGET_FIRST}: "
               f"{C.verdict(None if s['first_cached'] is None else s['first_cached'] <= TARGET_FIRST)}); "
-              f"tokens identical: {'-' if 'same_tokens' not in s else ('yes' if s['same_tokens'] else 'NO')}")
+              f"tokens identical: {yes_no(s.get('same_tokens'))}")
     if "sess" in results["dynashape"]:
         C.print_stats(key, results["dynashape"]["sess"].stats)
     print()
@@ -262,7 +266,7 @@ def summary(done: list[dict]) -> None:
         rows.append([d["key"], C.fmt_ms(s.get("step")), C.fmt_ms(o.get("step")),
                      "-" if s.get("ratio") is None else f"{s['ratio']:.2f}",
                      "-" if s.get("first_cached") is None else f"{s['first_cached']:.2f}",
-                     "-" if "same_tokens" not in s else ("yes" if s["same_tokens"] else "NO"),
+                     yes_no(s.get("same_tokens")),
                      "-" if b.get("ratio") is None else f"{b['ratio']:.2f}",
                      C.short_error_text(d["results"]["dynashape"]["error"], 90)])
     print("summary (dynashape; targets: dyn/ORT <= 4, first/cached <= 1.3, merged/branch <= 1.2, same tokens)")

@@ -39,11 +39,13 @@ import json
 import statistics
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
 import _common as C
 import numpy as np
+from _decoding import decode_info, greedy_decode
 
 SHAPES = ("small", "large")
 
@@ -111,8 +113,6 @@ def synthetic_model(n_nodes: int = 800, d: int = 32):
 
 
 def plan_row(sess, feeds, onnx_nodes) -> dict:
-    import time
-
     from dynashape.planner import Block, plan_offsets
     plan = sess.plan(feeds)
     m = plan.memory
@@ -161,8 +161,6 @@ def part1(catalog, zoo) -> list:
 
 def part1b(catalog, zoo) -> list:
     """Max arena / lower bound over every signature of a sequence sweep or a decoding run."""
-    import time
-
     import dynashape
     import dynashape.plan as plan_module
     rows, worst = [], []
@@ -188,21 +186,17 @@ def part1b(catalog, zoo) -> list:
                 plans.append(sess.plan(feeds))
             rows.append(_sweep_row(key, f"{seq}={small[seq] + 1}..{small[seq] + 32}", plans, relayouts))
             worst.append(rows[-1][3])
-        zoo2 = zoo / "zoo2"
-        decoders = json.loads((zoo2 / "zoo2.json").read_text()) if (zoo2 / "zoo2.json").exists() else {}
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from _decoding import decode_info, greedy_decode
+        decoders = C.zoo2_catalog() if (C.ZOO2_DIR / "zoo2.json").exists() else {}
         for key, entry in decoders.items():
             if "decode" not in entry or "use_cache_branch" in entry["decode"]:
                 continue
-            sess = dynashape.InferenceSession(str(zoo2 / entry["file"]), allocator="pool")
+            sess = dynashape.InferenceSession(str(C.ZOO2_DIR / entry["file"]), allocator="pool")
             plans = []
 
             def run(feeds, sess=sess, plans=plans):
                 out = sess.run(None, feeds)
                 plans.append(sess.last_plan)
                 return out
-            t0 = time.perf_counter()
             greedy_decode(run, decode_info(sess, entry["decode"]), steps=64)
             rows.append(_sweep_row(key, "64 decoding steps", plans, relayouts))
             worst.append(rows[-1][3])

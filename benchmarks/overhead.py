@@ -154,15 +154,6 @@ def new_shape_costs(run, path, shapes: list[dict], cached_runs: int, stats=None)
     return out
 
 
-def program_steps(sess) -> int | None:
-    """len(session.program.steps) where the core exposes it, else None."""
-    steps = getattr(getattr(sess, "program", None), "steps", None)
-    try:
-        return len(steps) if steps is not None else None
-    except TypeError:
-        return None
-
-
 def bench_zoo_model(m: dict, n_new: int, cached_runs: int, first_seq: int | None) -> dict:
     path, seq, base = m["path"], m["seq"], m["base"]
     start = first_seq if first_seq is not None else base[seq] + 1
@@ -177,14 +168,14 @@ def bench_zoo_model(m: dict, n_new: int, cached_runs: int, first_seq: int | None
             t0 = time.perf_counter()
             dyn = C.dynashape_session(path, allocator="pool")
             r["load_ms"] = (time.perf_counter() - t0) * 1e3
-            r["symbolic_ms"] = getattr(dyn, "symbolic_inference_ms", None)
+            r["symbolic_ms"] = dyn.symbolic_inference_ms
             r["stats"] = dyn.stats
             r["dyn_ms"] = cached_small(lambda f: dyn.run(None, f), C.make_feeds(path, base))
             misses0, planning0 = dyn.stats.cache_misses, dyn.stats.planning_ms
             r["dyn_new"] = new_shape_costs(lambda f: dyn.run(None, f), path, shapes, cached_runs, stats=dyn.stats)
             r["new_misses"] = dyn.stats.cache_misses - misses0
             r["new_planning_ms"] = dyn.stats.planning_ms - planning0
-            r["steps"] = program_steps(dyn)
+            r["steps"] = len(dyn.program.steps)
             r["dispatch"] = dispatch_us_per_step(dyn, C.make_feeds(path, base))
     except Exception as exc:  # noqa: BLE001 - report it in the tables and go on with the other models
         r["error"] = C.short_error(exc, 120)
@@ -195,14 +186,11 @@ def _noop_kernel(inputs, outputs, prepared):
     return None
 
 
-def dispatch_us_per_step(sess, feeds, repeat: int = 2000) -> tuple[float, float, int] | None:
+def dispatch_us_per_step(sess, feeds, repeat: int = 2000) -> tuple[float, float, int]:
     """The engine's own cost per step of a cached run, kernels excluded: segment 0's generated
     ``run`` with every kernel replaced by a no-op, and the same steps as a plain Python loop
     (``for step: compute(inputs, buffers, prepared); store outputs``). Returns (generated µs,
-    loop µs, steps), or None when the session has no compiled program."""
-    program = getattr(sess, "program", None)
-    if program is None:
-        return None
+    loop µs, steps)."""
     sess.run(None, feeds)
     plan = sess.last_plan
     ctx = sess.engine.last_context
@@ -211,7 +199,7 @@ def dispatch_us_per_step(sess, feeds, repeat: int = 2000) -> tuple[float, float,
     names = {k: _noop_kernel for k in seg.run.__globals__ if k.startswith("_k")}
     run = types.FunctionType(seg.run.__code__, dict(seg.run.__globals__, **names), "run", seg.run.__defaults__)
     v = list(plan.template)
-    for slot, name in zip(program.pg.input_slots, sess._input_names):
+    for slot, name in zip(sess.program.pg.input_slots, sess._input_names):
         v[slot] = feeds[name]
     steps = [(st.inputs, st.outputs, b, p) for st, b, p in zip(seg.steps, buffers, plan.prepared)]
 
@@ -236,11 +224,6 @@ def dispatch_us_per_step(sess, feeds, repeat: int = 2000) -> tuple[float, float,
     return out[0], out[1], len(seg.steps)
 
 
-def med(xs):
-    xs = list(xs)
-    return statistics.median(xs) if xs else None
-
-
 def report_zoo(results: list[dict]) -> None:
     print("cached run at the small shape (batch=1 where the model has a batch)")
     rows = []
@@ -257,7 +240,7 @@ def report_zoo(results: list[dict]) -> None:
           "batch=1, each first seen on one session; ratio = first run / median of the cached runs at that shape")
     rows, worst = [], None
     for r in results:
-        ort_ratio = med(c["first"] / c["cached"] for c in r["ort_new"])
+        ort_ratio = statistics.median(c["first"] / c["cached"] for c in r["ort_new"])
         dyn_new = r.get("dyn_new")
         if not dyn_new:
             rows.append([r["name"], f"{r['seq']}={r['seqs']}", None, None, None, None, None, None, None, None, None,
