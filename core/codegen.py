@@ -9,12 +9,11 @@ signature with one pass of integer arithmetic.
 from __future__ import annotations
 
 import itertools
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
-from . import symbolic
-from .symbolic import Expr
+from .symbolic import CODE_NAMESPACE, Expr, as_atom
 
 __all__ = ["CodeWriter", "ExprCoder"]
 
@@ -27,8 +26,7 @@ class CodeWriter:
     def __init__(self, name: str):
         self.name = name
         self.lines: list[str] = []
-        self.namespace: dict[str, Any] = {"_np": np, "max": max, "min": min}
-        self.namespace.update(getattr(symbolic, "CODE_NAMESPACE", {}))
+        self.namespace: dict[str, Any] = {"_np": np, **CODE_NAMESPACE}
         self._consts: dict[int, str] = {}
 
     def emit(self, line: str, indent: int = 1) -> None:
@@ -74,9 +72,9 @@ class ExprCoder:
         name = self._names.get(d)
         if name is not None:
             return name
-        mono = d.as_monomial()
-        if mono is not None and mono[0] == 1 and len(mono[1]) == 1 and mono[1][0][1] == 1:
-            return self._atom(mono[1][0][0])   # a symbol or one function of dims
+        atom = as_atom(d)
+        if atom is not None:
+            return self._atom(atom)   # a symbol or one function of dims
         code = self._poly(d)
         name = self._new_name()
         self.writer.emit(f"{name} = {code}", self.indent)
@@ -153,7 +151,3 @@ class ExprCoder:
         if value.ndim == 0:
             return f"_np.array({items[:-2]}, {dt})"
         return f"_np.array(({items}), {dt}).reshape({value.shape!r})"
-
-
-def compile_function(writer: CodeWriter, name: str) -> Callable:
-    return writer.compile()[name]

@@ -9,13 +9,14 @@ steps, ``testing.run_node``) and ``node.fold``'s value propagation. So kernels n
 
 numpy 2 keeps that state in a context variable; setting it directly costs ~0.2 µs against
 ~1 µs for ``np.errstate`` (numpy 1.x falls back to it). The engine's hot path uses
-:func:`quiet_on`/:func:`quiet_off`; other code the ``quiet_floating_point()`` context.
+:func:`quiet_on`/:func:`quiet_off` (no context-manager object); other code the
+``quiet_floating_point()`` context.
 """
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["quiet_floating_point", "quiet_on", "quiet_off", "ERRSTATE", "IGNORE_ALL"]
+__all__ = ["quiet_floating_point", "quiet_on", "quiet_off"]
 
 try:
     from numpy._core import _ufunc_config

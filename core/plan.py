@@ -23,7 +23,7 @@ import numpy as np
 from .codegen import CodeWriter
 from .errors import DynashapeError, ExecutionError, PlanCheckError
 from .node import STATIC, fold, infer, make_context
-from .planner import Block, MemoryPlan, align, order_by_offset, plan_offsets, write_layout
+from .planner import Block, MemoryPlan, align, lower_bound, naive_bytes, order_by_offset, plan_offsets, write_layout
 from .records import InferContext
 from .program import Program, Segment
 from .symbolic import evaluate
@@ -88,13 +88,7 @@ class Plan:
 
     def shape_of(self, slot: int) -> Optional[tuple]:
         """The concrete shape of any tensor of the program at this signature (None if unknown)."""
-        shape = self.program.sg.shapes[slot]
-        if shape is None:
-            return None
-        try:
-            return tuple(evaluate(d, self.env) for d in shape)
-        except KeyError:
-            return None
+        return _evaluated(self.program.sg.shapes[slot], self.env)
 
     def _memory_plan(self) -> MemoryPlan:
         seg = self.segment
@@ -102,8 +96,8 @@ class Plan:
         for k, b in enumerate(seg.blocks):
             blocks.append(Block(b.id, int(self.sizes[k]), b.first, b.last, list(b.slots),
                                 int(self.offsets[k]) if self.offsets else -1, list(b.kinds), list(b.steps)))
-        naive = sum(align(b.size) * sum(1 for kind in b.kinds if kind != "view") for b in blocks)
-        return MemoryPlan(blocks, self.arena_bytes, self.lower_bound_bytes, naive, self.planning_ms, self.strategy)
+        return MemoryPlan(blocks, self.arena_bytes, self.lower_bound_bytes, naive_bytes(blocks), self.planning_ms,
+                          self.strategy)
 
 
 # --- building ------------------------------------------------------------------------
@@ -129,7 +123,7 @@ def build_plan(program: Program, segment: Segment, env: dict, known: Optional[li
     except (ArithmeticError, ValueError, TypeError):
         numbers = None
     if numbers is None or validate:
-        reference, contexts = _reference(program, segment, env)
+        reference, contexts = numbers_by_inference(program, segment, env)
         if numbers is not None:
             _cross_check(program, segment, numbers, reference)
             _check_static_prepared(segment, contexts)
@@ -222,7 +216,7 @@ def _layout(plan: Plan, segment: Segment, sizes: tuple) -> None:
     if plan.program.allocator != "pool":   # a buffer per block: "arena" is their total
         plan.offsets = (0,) * len(segment.blocks)
         plan.arena_bytes = sum(align(n) for n in sizes)
-        plan.lower_bound_bytes = _lower_bound(segment, sizes)
+        plan.lower_bound_bytes = lower_bound(segment.blocks, sizes)
         plan.strategy = "naive"
         return
     for order, layout in list(segment.layouts):
@@ -238,38 +232,23 @@ def _layout(plan: Plan, segment: Segment, sizes: tuple) -> None:
     plan.strategy = memory.strategy
     order = tuple(b.id for b in order_by_offset(blocks))
     w = CodeWriter(f"{plan.program.name}-layout{segment.index}")
-    write_layout(w, segment.blocks, order, plan.program.n_steps)
+    write_layout(w, segment.blocks, order)
     layout = w.compile()["layout"]
     with plan.program.cache_lock:
         segment.layouts = [(order, layout)] + [x for x in segment.layouts if x[0] != order][:MAX_LAYOUTS - 1]
 
 
-def _lower_bound(segment: Segment, sizes: tuple) -> int:
-    events: dict = {}
-    for b, n in zip(segment.blocks, sizes):
-        events[b.first] = events.get(b.first, 0) + align(n)
-        events[b.last + 1] = events.get(b.last + 1, 0) - align(n)
-    live = best = 0
-    for t in sorted(events):
-        live += events[t]
-        best = max(best, live)
-    return best
-
-
 # --- the same numbers by per-node inference ---------------------------------------------
 
 def numbers_by_inference(program: Program, segment: Segment, env: dict) -> tuple:
-    """(shapes, values, symbolic prepared, sizes) of ``segment`` by concrete per-node
-    inference of every node up to its end: the reference for the generated ``sig``, used
-    when a guard fails, to report a broken rule, and to check plans in validation mode.
+    """``((shapes, values, symbolic prepared, sizes), contexts)`` of ``segment`` by concrete
+    per-node inference of every node up to its end: the reference for the generated ``sig``,
+    used when a guard fails, to report a broken rule, and to check plans in validation
+    mode; ``contexts`` are the nodes' concrete contexts by node index.
 
     Raises:
         ShapeInferenceError: a node's rule is broken (named).
     """
-    return _reference(program, segment, env)[0]
-
-
-def _reference(program: Program, segment: Segment, env: dict) -> tuple:
     shapes_by_slot, values_by_slot, contexts = _infer_concretely(program, segment, env)
     shapes = tuple(shapes_by_slot[slots[0]] for slots in segment.shape_slots)
     values = tuple(values_by_slot[s] for s in segment.value_slots)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Optional
 
 __all__ = [
     "ALIGNMENT",
@@ -266,14 +267,15 @@ def place(order: Sequence[Block], nbrs: dict) -> tuple:
     return offset, top
 
 
-def lower_bound(blocks: Sequence[Block]) -> int:
-    """Max over steps of the aligned bytes live at that step (no arena can be smaller)."""
+def lower_bound(blocks: Sequence[Block], sizes: Optional[Sequence[int]] = None) -> int:
+    """Max over steps of the aligned bytes live at that step (no arena can be smaller);
+    ``sizes`` (indexed like ``blocks``) replace the blocks' own sizes when given."""
     if not blocks:
         return 0
     events: dict = {}
-    for b in blocks:
-        events[b.first] = events.get(b.first, 0) + align(b.size)
-        events[b.last + 1] = events.get(b.last + 1, 0) - align(b.size)
+    for b, n in zip(blocks, sizes if sizes is not None else (b.size for b in blocks)):
+        events[b.first] = events.get(b.first, 0) + align(n)
+        events[b.last + 1] = events.get(b.last + 1, 0) - align(n)
     live = best = 0
     for t in sorted(events):
         live += events[t]
@@ -359,7 +361,7 @@ def order_by_offset(blocks: Sequence[Block]) -> list:
     return sorted(blocks, key=lambda b: (b.offset, b.id))
 
 
-def write_layout(writer, blocks: Sequence[Block], order: Sequence[int], n_steps: int) -> None:
+def write_layout(writer, blocks: Sequence[Block], order: Sequence[int]) -> None:
     """Emit ``def layout(N)``: for the byte sizes ``N`` (indexed like ``blocks``) of one
     signature, the offsets of ``blocks`` placed in ``order`` (indices into ``blocks``), each
     block above the earlier-placed blocks whose lifetimes overlap it, with the arena size and

@@ -32,7 +32,7 @@ from .graph import PreparedGraph, PreparedNode
 from .node import CONCRETE, STATIC, SYMBOLIC, NodeServices, PrepareTrace, trace_prepare, trace_scratch
 from .planner import StepSpec, lifetimes
 from .registry import Registry
-from .symbolic import Expr, free_symbols, is_nonneg, sym
+from .symbolic import as_atom, free_symbols, is_nonneg, sym
 from .symbolic_inference import BINDING, FOLDED, PLAN, STEP, SymbolicGraph, infer_symbolic
 
 __all__ = ["Program", "Segment", "Step", "OutSpec", "NONE", "ARENA", "FRESH", "FBLOCK"]
@@ -93,7 +93,6 @@ class Segment:
     value_slots: list = field(default_factory=list) # vid -> slot of a folded value made per signature
     symbolic_steps: list = field(default_factory=list)  # qid -> Step
     blocks: list = field(default_factory=list)      # arena blocks (symbolic sizes)
-    block_sizes: list = field(default_factory=list)
     static_prepared: list = field(default_factory=list)
     static_plan_prepared: list = field(default_factory=list)
     sig: Optional[Callable] = None
@@ -151,8 +150,7 @@ class Program:
                     if o >= 0 and sg.values[o] is not None and sg.values[o].dtype != object:
                         self.template[o] = sg.values[o]
         #: slots whose value a signature fixes: constants, folded and plan-time values
-        self.known_by_signature = set(pg.constants) | {
-            o for idx, pn in enumerate(pg.nodes) if sg.status[idx] in (FOLDED, PLAN) for o in pn.outputs if o >= 0}
+        self.known_by_signature = sg.known_by_signature
         self.segments: list[Segment] = []
         self.steps: list[Step] = []          # every run-time step of every segment, in order
         self._make_segments()
@@ -245,7 +243,6 @@ class Program:
         outputs = set(pg.output_slots)
         producer_segment = {}
         specs = []
-        seg_of = self.segment_of_node()
         pool = self.allocator == "pool"
         for seg in self.segments:
             for idx in seg.nodes:
@@ -274,7 +271,7 @@ class Program:
                 specs.append(StepSpec(tuple(pn.all_inputs), tuple(pn.outputs) + scratch, sizes, aliases, inplace))
                 for o in pn.outputs:
                     if o >= 0:
-                        producer_segment[o] = seg_of[idx]
+                        producer_segment[o] = seg
         return specs
 
     def _make_memory(self) -> None:
@@ -296,8 +293,6 @@ class Program:
                 seg = step_segment[b.first]
                 seg.blocks.append(b)
         self.block_of = block_of
-        for seg in self.segments:
-            seg.block_sizes = [b.size for b in seg.blocks]
 
     # --- shapes, values and outputs each segment needs ------------------------------------
     def _mark_needed(self) -> None:
@@ -448,7 +443,7 @@ class Program:
                 w.emit(f"{made[code]} = {code}")
             values.append(made[code])
         prepared = [coder.struct(st.trace.value) for st in seg.symbolic_steps]
-        sizes = [coder.ref(n) for n in seg.block_sizes]
+        sizes = [coder.ref(b.size) for b in seg.blocks]
         for idx in seg.nodes:
             for a, relation, b in sg.guards.get(idx, ()):
                 checks.append(f"not ({coder.ref(a)} {relation} {coder.ref(b)})")
@@ -654,9 +649,6 @@ def _outer_dims(name: str, shape) -> Optional[tuple]:
 
 
 def _plain_symbol(d) -> bool:
-    if not isinstance(d, Expr):
-        return False
-    mono = d.as_monomial()
-    return mono is not None and mono[0] == 1 and len(mono[1]) == 1 and mono[1][0][1] == 1 \
-        and mono[1][0][0][0] == "s"
+    atom = as_atom(d)
+    return atom is not None and atom[0] == "s"
 

@@ -214,8 +214,7 @@ class InferenceSession:
             key.append(a.dtype)
         key_t = tuple(key)
         plan = self.engine.cached_plan(key_t)
-        if plan is None and (len(input_feed) != len(feeds) or not self._feeds_fit(feeds) or self.strict_dim_params) \
-                or plan is not None and len(input_feed) != len(feeds):
+        if len(input_feed) != len(feeds) or plan is None and (self.strict_dim_params or not self._feeds_fit(feeds)):
             try:
                 self._validate(input_feed)
             except Exception:

@@ -78,6 +78,12 @@ class SubgraphRunner:
             key.append(a.dtype)
         return arrays, tuple(key)
 
+    def _feeds(self, inputs: Sequence[np.ndarray], outer: Mapping[str, np.ndarray]) -> dict:
+        feeds = dict(zip(self.formal_names, inputs))
+        for name in self.outer_inputs:
+            feeds[name] = outer[name]
+        return feeds
+
     def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         """Outputs of the subgraph, in its output order, as arrays the caller owns."""
         arrays, key = self._arrays(feeds)
@@ -85,18 +91,12 @@ class SubgraphRunner:
 
     def run_list(self, inputs: Sequence[np.ndarray], outer: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         """Formal inputs positionally, outer-scope values by name."""
-        feeds = dict(zip(self.formal_names, inputs))
-        for name in self.outer_inputs:
-            feeds[name] = outer[name]
-        return self.run(feeds)
+        return self.run(self._feeds(inputs, outer))
 
     def infer_outputs(self, inputs: Sequence[np.ndarray], outer: Mapping[str, np.ndarray]) -> list:
         """(shape, dtype) of each output for these inputs without running (a shape is None
         where it depends on data), for loops that run the body zero times."""
-        feeds = dict(zip(self.formal_names, inputs))
-        for name in self.outer_inputs:
-            feeds[name] = outer[name]
-        arrays, key = self._arrays(feeds)
+        arrays, key = self._arrays(self._feeds(inputs, outer))
         try:
             plan = self.engine.plan(key, arrays)
         except Exception:  # noqa: BLE001 - a body that cannot be planned for these shapes

@@ -17,7 +17,7 @@ from typing import Callable, Iterable, Iterator, Mapping, Union
 
 __all__ = ["Expr", "Dim", "sym", "is_known", "is_nonneg", "evaluate", "dim_max", "dim_min", "dim_broadcast",
            "BroadcastError", "dim_str", "free_symbols", "to_code", "CODE_NAMESPACE", "provably_unequal",
-           "strict_comparisons", "UndecidedComparison"]
+           "strict_comparisons", "UndecidedComparison", "as_atom"]
 
 Dim = Union[int, "Expr"]
 
@@ -275,7 +275,7 @@ def mod(a: Dim, b: Dim) -> Dim:
     return Expr.atom(("mod", (a, b)))
 
 
-def _as_atom(x):
+def as_atom(x):
     """The atom when ``x`` is exactly one opaque atom or symbol (coefficient 1, power 1)."""
     mono = x.as_monomial() if isinstance(x, Expr) else None
     if mono is None or mono[0] != 1 or len(mono[1]) != 1 or mono[1][0][1] != 1:
@@ -287,7 +287,7 @@ def _flatten(op: str, args: Iterable[Dim]) -> list:
     """The arguments with nested ``op`` atoms spliced in (``op`` is associative)."""
     flat: list = []
     for x in args:
-        atom = _as_atom(x)
+        atom = as_atom(x)
         if atom is not None and atom[0] == op:
             flat.extend(atom[1])
         else:

@@ -61,6 +61,7 @@ class SymbolicGraph:
     fresh_symbols: set = field(default_factory=set)
     bound_symbols: set = field(default_factory=set)   # fresh symbols a BINDING node's run binds
     binds: dict = field(default_factory=dict)
+    known_by_signature: set = field(default_factory=set)  # slots a signature fixes: constants, FOLDED/PLAN outputs
     failures: dict = field(default_factory=dict)   # node index -> why inference gave up
 
     def is_data_dependent(self, slot: int) -> bool:
@@ -118,13 +119,14 @@ def infer_symbolic(pg: PreparedGraph, registry: Registry, input_dims: dict, inpu
         sg.fresh_symbols.add(name)
         return sym(name)
 
-    known_by_signature = set(pg.constants)
+    known = sg.known_by_signature
+    known.update(pg.constants)
     for idx, pn in enumerate(pg.nodes):
         status = _infer_node(sg, idx, pn, registry, services, new_dim)
-        if status == STEP and _only_signature_inputs(pn, known_by_signature):
+        if status == STEP and _only_signature_inputs(pn, known):
             status = PLAN
         if status in (FOLDED, PLAN):
-            known_by_signature.update(o for o in pn.outputs if o >= 0)
+            known.update(o for o in pn.outputs if o >= 0)
         if status == BINDING:
             _fresh_binding_outputs(sg, idx, pn, new_dim)
         sg.status.append(status)

@@ -31,8 +31,6 @@ LOOP_VERSIONS = (1, 11, 13, 16, 19, 21, 23, 24, 25)
 SCAN8_VERSIONS = (8,)
 SCAN_VERSIONS = (9, 11, 16, 19, 21, 23, 24, 25)
 
-_RUNNERS_ATTR = "_dynashape_subgraph_runners"
-
 
 # subgraph runners ------------------------------------------------------------------
 
@@ -52,26 +50,24 @@ def _graph_attr(ctx: InferContext, name: str) -> Graph:
 
 class _Outer(NamedTuple):
     """Where a node's outer-scope values are among its kernel's inputs: after its own
-    ``start`` inputs, the values its runners read, as (name, position) ``picks`` in
-    sorted-name order (outer constants are compiled into the runners)."""
+    ``start`` inputs, the values its runners read, in sorted-name order (outer constants
+    are compiled into the runners)."""
 
     start: int
-    count: int
-    picks: tuple
+    names: tuple
 
 
 def _outer_plan(node, runners) -> _Outer:
-    names = sorted(set().union(*(r.outer_inputs for r in runners)))
-    return _Outer(len(node.inputs), len(names), tuple((n, i) for i, n in enumerate(names)))
+    return _Outer(len(node.inputs), tuple(sorted(set().union(*(r.outer_inputs for r in runners)))))
 
 
 def _outer_values(plan: _Outer, node, inputs: Sequence) -> dict:
     """The outer-scope values the node's runners read, by name."""
     extra = inputs[plan.start:]
-    if len(extra) < plan.count:
-        raise ExecutionError(f"{node.op_type} node '{node.name}': {plan.count} outer-scope values "
+    if len(extra) < len(plan.names):
+        raise ExecutionError(f"{node.op_type} node '{node.name}': {len(plan.names)} outer-scope values "
                              f"expected after its inputs, got {len(extra)} values")
-    return {n: extra[i] for n, i in plan.picks}
+    return dict(zip(plan.names, extra))
 
 
 def _owned(a) -> np.ndarray:
@@ -496,7 +492,7 @@ def _scan(inputs, outputs, lay):
     sequence cut to ``sequence_lens`` and its scan outputs zero-padded.
     Source: ONNX operator spec, Scan-8 and Scan-21.
     """
-    runner, first, n, m = lay["runner"], lay["first"], lay["n"], lay["m"]
+    first, n, m = lay["first"], lay["n"], lay["m"]
     outer = _outer_values(lay["outer"], lay["node"], inputs)
     states = list(inputs[first:first + n])
     scans = list(inputs[first + n:first + n + m])

@@ -338,14 +338,14 @@ def _conv_rows_per_band(n, c, k: int, out: tuple, itemsize: int):
 
 
 def _conv_setup(ctx) -> tuple:
-    """What Conv's preparation and scratch both start from: ``(group, kernel, geometry,
-    output spatial dims, (N, C, M, taps), compute dtype, mode)``."""
+    """What Conv's preparation and scratch both start from: ``(group, geometry, output
+    spatial dims, (N, C, M, taps), compute dtype, mode)``."""
     x, w = ctx.shape(0), ctx.shape(1)
     group = int(ctx.attr("group", 1))
     kernel = _spatial_kernel(ctx, x, w, required=False)
     geom = _window_geometry(ctx, x[2:], kernel)
     k = int(np.prod(kernel))
-    return (group, kernel, geom, tuple(geom.out), (x[0], x[1], w[0], k), _compute_dtype(ctx.dtype(0)),
+    return (group, geom, tuple(geom.out), (x[0], x[1], w[0], k), _compute_dtype(ctx.dtype(0)),
             _conv_mode(x, w, group, k, geom))
 
 
@@ -353,7 +353,7 @@ def _conv_scratch(ctx) -> list:
     """Conv's temporaries, planned in the arena: the columns and products of one im2col band,
     or the per-tap products of a depthwise Conv; and the result in the compute dtype when Y
     is a half type."""
-    group, kernel, geom, out, (n, c, m, k), cdtype, mode = _conv_setup(ctx)
+    _, _, out, (n, c, m, k), cdtype, mode = _conv_setup(ctx)
     full = n * m * numel(out)
     if mode == "im2col":
         rows = _conv_rows_per_band(n, c, k, out, cdtype.itemsize)
@@ -379,7 +379,7 @@ def _scratch(outputs: list, k: int, size: int, dtype: np.dtype) -> np.ndarray:
 
 def _conv_prepare(ctx) -> _ConvPlan:
     x = ctx.shape(0)
-    group, kernel, geom, out, (n, c, m, k), cdtype, mode = _conv_setup(ctx)
+    group, geom, out, (n, c, m, k), cdtype, mode = _conv_setup(ctx)
     bias_shape = (m,) + (1,) * len(out)
     out_shape = (n, m) + out
     if mode == "pointwise":

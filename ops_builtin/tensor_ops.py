@@ -32,14 +32,9 @@ def _compute_dtype(dtype: np.dtype) -> np.dtype:
     return dt
 
 
-def _nonneg(x) -> bool:
-    """True when dim-valued ``x`` is provably >= 0 (symbols stand for dims, which are >= 0)."""
-    return is_nonneg(x)
-
-
 def _clamp0(x):
     """max(x, 0), kept as x when x is provably non-negative."""
-    return x if _nonneg(x) else dim_max(x, 0)
+    return x if is_nonneg(x) else dim_max(x, 0)
 
 
 def _is_int(v) -> bool:
@@ -264,7 +259,7 @@ def _slice_len(d, start, end, step):
     if isinstance(d, int) and _is_int(start) and _is_int(end):
         return _slice_range(d, int(start), int(end), int(step))[2]
     for v in (start, end):
-        if isinstance(v, Expr) and not _nonneg(v):
+        if isinstance(v, Expr) and not is_nonneg(v):
             return None
     if step > 0:
         span = _slice_span_forward(d, start, end)
@@ -435,7 +430,7 @@ def _symbolic_slice_index(shape, spec):
     what needs concrete values (negative steps, bounds that may be negative)."""
     index = [slice(None)] * len(shape)
     for axis, start, end, step in spec:
-        if step < 0 or any(isinstance(v, Expr) and not _nonneg(v) for v in (start, end)):
+        if step < 0 or any(isinstance(v, Expr) and not is_nonneg(v) for v in (start, end)):
             raise TypeError("a reverse slice or a possibly negative symbolic bound needs concrete values")
         d = shape[axis]
         index[axis] = slice(_fwd_pos(start, d), _fwd_pos(end, d), step)

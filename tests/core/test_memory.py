@@ -302,7 +302,7 @@ def test_a_kept_placement_order_stacks_each_block_on_the_overlapping_ones_below_
     order = list(range(len(blocks)))
     rnd.shuffle(order)
     w = CodeWriter("test-layout")
-    write_layout(w, blocks, order, n_steps=20)
+    write_layout(w, blocks, order)
     offsets, top, bound = w.compile()["layout"](sizes)
 
     expected, ends = {}, {}
