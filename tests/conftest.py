@@ -61,6 +61,7 @@ def assert_runs_match_ort(model, feeds_list, allocator: str = "pool"):
     for k, feeds in enumerate(feeds_list):
         got = sess.run(None, feeds)
         want = ort_run(model, feeds)
+        assert len(got) == len(want), (k, len(got), len(want))
         for g, w in zip(got, want):
             assert g.dtype == w.dtype and g.shape == w.shape, (k, g.dtype, g.shape, w.dtype, w.shape)
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6, err_msg=f"run {k}")
@@ -77,18 +78,22 @@ def assert_broadcast_mismatch(sess, feeds: dict, node: str) -> None:
     assert f"'{node}'" in str(info.value)
 
 
-def ort_run(model, feeds: dict, output_names=None) -> list[np.ndarray]:
-    """ONNX Runtime (single thread, CPU) on a path, bytes or ModelProto."""
+def ort_session(model):
+    """An ONNX Runtime session (single thread, CPU) on a path, bytes or ModelProto."""
     ort = pytest.importorskip("onnxruntime")
     if hasattr(model, "SerializeToString"):
         model = model.SerializeToString()
     elif not isinstance(model, (bytes, bytearray)):
-        model = Path(model).read_bytes()
+        model = str(model)       # by path: external data is found next to the file
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     so.log_severity_level = 3
-    sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
-    return sess.run(output_names, feeds)
+    return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+
+
+def ort_run(model, feeds: dict, output_names=None) -> list[np.ndarray]:
+    """ONNX Runtime (single thread, CPU) on a path, bytes or ModelProto."""
+    return ort_session(model).run(output_names, feeds)
 
 
 def _ort_max_ir_version():

@@ -102,22 +102,42 @@ def test_values_computed_from_shapes_run_once_per_signature(counting_ops):
     assert counting_ops["range"] == 2 and sess.stats.cache_misses == 3 and sess.stats.cache_hits == 2
 
 
-def test_a_failing_guard_is_planned_by_per_node_inference():
-    # Reshape to [batch, -1] where batch comes from the shape: the symbolic rule assumes the
+def _reshape_by_batch_model(rest):
+    # Reshape to [batch, rest] where batch comes from the shape: the symbolic rule assumes the
     # entry is not 0 (0 would mean "copy the input dim"); an empty batch breaks the guard
     nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Slice", ["s", "zero", "one"], ["b"]),
-             helper.make_node("Concat", ["b", "minus_one"], ["target"], axis=0),
-             helper.make_node("Reshape", ["x", "target"], ["r"]), helper.make_node("Relu", ["r"], ["y"])]
-    m = _model(nodes, [("x", F, ["batch", 3, 4])], [("y", F, None)],
-               [_i64("zero", [0]), _i64("one", [1]), _i64("minus_one", [-1])])
-    sess = dynashape.InferenceSession(m)
+             helper.make_node("Concat", ["b", "rest"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["r"], name="reshape"),
+             helper.make_node("Relu", ["r"], ["y"])]
+    return _model(nodes, [("x", F, ["batch", 3, 4])], [("y", F, None)],
+                  [_i64("zero", [0]), _i64("one", [1]), _i64("rest", [rest])])
+
+
+def test_a_failing_guard_is_planned_by_per_node_inference(monkeypatch):
+    calls = []
+    real = plan_module.infer
+    monkeypatch.setattr(plan_module, "infer", lambda pn, ctx: calls.append(pn.node.op_type) or real(pn, ctx))
+    # [batch, 12]: batch = 0 copies the input's 0, a valid plan made by per-node inference
+    sess = dynashape.InferenceSession(_reshape_by_batch_model(12))
     (y,) = sess.run(None, {"x": -np.ones((2, 3, 4), np.float32)})
-    assert y.shape == (2, 12) and sess.stats.symbolic_plans == 1
-    with pytest.raises(dynashape.ShapeInferenceError, match="ReshapeCannotInferMinusOne|cannot infer the -1"):
+    assert y.shape == (2, 12) and calls == [] and sess.stats.symbolic_plans == 1
+    (y,) = sess.run(None, {"x": -np.ones((0, 3, 4), np.float32)})
+    assert y.shape == (0, 12) and "Reshape" in calls
+    assert (sess.stats.symbolic_plans, sess.stats.resolved_plans) == (1, 1)
+    # [batch, -1]: batch = 0 makes [0, -1], and per-node inference names the broken node
+    calls.clear()
+    sess = dynashape.InferenceSession(_reshape_by_batch_model(-1))
+    (y,) = sess.run(None, {"x": -np.ones((2, 3, 4), np.float32)})
+    assert y.shape == (2, 12) and calls == [] and sess.stats.symbolic_plans == 1
+    with pytest.raises(dynashape.ShapeInferenceError, match="cannot infer the -1") as info:
         sess.run(None, {"x": np.ones((0, 3, 4), np.float32)})   # [0, -1]: 0 copies 0, -1 of 0 elements
+    assert info.value.kind == "ReshapeCannotInferMinusOne" and info.value.node == "reshape"
+    assert "Reshape" in calls
     assert sess.stats.resolved_plans == 0 and sess.stats.failed_runs == 1
+    calls.clear()
     (y,) = sess.run(None, {"x": np.ones((5, 3, 4), np.float32)})
     np.testing.assert_array_equal(y, np.ones((5, 12), np.float32))
+    assert calls == [] and sess.stats.symbolic_plans == 2
 
 
 def test_a_data_dependent_node_binds_its_symbols_and_the_rest_stays_symbolic():
@@ -157,6 +177,9 @@ def test_outputs_are_detached_before_the_next_run_starts():
         np.testing.assert_array_equal(first[1], np.exp(-x1))
         np.testing.assert_array_equal(first[2], x1)
         assert not np.shares_memory(first[2], x1)          # a feed is handed back as a copy
+        np.testing.assert_array_equal(second[0], np.maximum(x2, 0).reshape(-1))
+        np.testing.assert_array_equal(second[1], np.exp(-x2))
+        np.testing.assert_array_equal(second[2], x2)
         for a, b in zip(first, second):
             assert not np.shares_memory(a, b)
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import dynashape
-from tests.conftest import REPO, SHARED, shared_path
+from tests.conftest import REPO, SHARED, ort_session, shared_path
 
 STEPS = 64
 
@@ -35,21 +35,13 @@ def _decoding():
     return module
 
 
-def _ort(path):
-    ort = pytest.importorskip("onnxruntime")
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.log_severity_level = 3
-    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-
-
 @pytest.mark.parametrize("key", sorted(_catalog()) or ["gpt2_kv"])
 def test_greedy_decoding_matches_onnxruntime(key):
     shared_path("zoo", "zoo2", "zoo2.json")
     entry = _catalog()[key]
     path = shared_path("zoo", "zoo2", entry["file"])
     dec = _decoding()
-    ort_sess = _ort(path)
+    ort_sess = ort_session(path)
     want_tokens, _, want_logits = dec.greedy_decode(lambda f: ort_sess.run(None, f),
                                                     dec.decode_info(ort_sess, entry["decode"]), steps=STEPS)
     sess = dynashape.InferenceSession(str(path))

@@ -276,7 +276,7 @@ def test_symbolic_broadcast_runs_match_ort(op, out_dtype, allocator):
         (feeds,) = _two_input_runs(np.float32, shapes)
         (got,) = sess.run(None, feeds)
         (want,) = ort_run(model, feeds)
-        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(got, want, strict=True)   # shape and dtype too
 
 
 def test_symbolic_broadcast_against_a_constant_dim_is_checked():
@@ -310,7 +310,8 @@ def test_variadic_sum_broadcasts_three_symbols():
     sess = assert_runs_match_ort(model, runs)
     assert sess.get_outputs()[0].shape == ["broadcast(A, C, E)", "broadcast(B, D, F)"]
     assert sess.stats.resolved_plans == 0
-    bad = {"in0": np.zeros((1, 2), np.float32), "in1": np.zeros((1, 1), np.float32), "in2": np.zeros((1, 0), np.float32)}
+    bad = {"in0": np.zeros((1, 2), np.float32), "in1": np.zeros((1, 1), np.float32),
+           "in2": np.zeros((1, 0), np.float32)}
     assert_broadcast_mismatch(sess, bad, "sum3")
 
 

@@ -606,7 +606,8 @@ def test_split_sizes_from_the_shape_of_a_broadcast():
                                            vi("b", onnx.TensorProto.FLOAT, ["Q", "M"]),
                                            vi("x", onnx.TensorProto.FLOAT, ["X", 2])],
                               [vi("u", onnx.TensorProto.FLOAT, None), vi("v", onnx.TensorProto.FLOAT, None)],
-                              [onnx.numpy_helper.from_array(i64(0), "zero"), onnx.numpy_helper.from_array(i64(1), "one")])
+                              [onnx.numpy_helper.from_array(i64(0), "zero"),
+                               onnx.numpy_helper.from_array(i64(1), "one")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     runs = [{"a": f32(2, 3), "b": f32(1, 3), "x": f32(4, 2)}, {"a": f32(0, 3), "b": f32(1, 3), "x": f32(0, 2)},
             {"a": f32(1, 1), "b": f32(0, 5), "x": f32(0, 2)}, {"a": f32(1, 4), "b": f32(3, 1), "x": f32(6, 2)}]
