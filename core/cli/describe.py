@@ -1,0 +1,66 @@
+"""``dynashape inspect`` and ``dynashape plan``: what a model's tensors and memory plan look like."""
+from __future__ import annotations
+
+import click
+
+from ..errors import DynashapeError
+from . import main
+from .common import feed_options, feeds_from_options
+
+
+@main.command()
+@click.argument("model", type=click.Path(exists=True, dir_okay=False))
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def inspect(model: str, fmt: str) -> None:
+    """Every tensor of MODEL with dtype, symbolic shape, producing op and plugin."""
+    import json
+
+    from ..inspect import inspect_session
+    from ..session import InferenceSession
+
+    try:
+        report = inspect_session(InferenceSession(model))
+    except (DynashapeError, ValueError) as exc:
+        raise click.ClickException(str(exc))
+    if fmt == "json":
+        click.echo(json.dumps(report, indent=1))
+        return
+    rows = [(t["name"], t["dtype"] or "?", "?" if t["shape"] is None else "[" + ", ".join(map(str, t["shape"])) + "]",
+             t["producer"], t["plugin"], "data-dependent" if t["data_dependent"] else "") for t in report["tensors"]]
+    widths = [min(60, max(len(r[i]) for r in rows + [("name", "dtype", "shape", "producer", "plugin", "")]))
+              for i in range(6)]
+    header = ("name", "dtype", "shape", "producer", "plugin", "")
+    for r in [header] + rows:
+        click.echo("  ".join(str(c)[:60].ljust(w) for c, w in zip(r, widths)).rstrip())
+    s = report["summary"]
+    click.echo(f"{s['fully_symbolic']} of {s['tensors']} tensors fully symbolic, {s['data_dependent']} data-dependent")
+
+
+@main.command()
+@feed_options
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="draw the plan to this PNG (matplotlib)")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def plan(model: str, dims, shapes, inputs, allocator: str, plot_path, fmt: str, seed: int) -> None:
+    """The memory plan of MODEL for the given input shapes: per-tensor bytes, lifetime and
+    offset, and the arena / lower bound / naive totals (without running the model)."""
+    import json
+
+    from ..memreport import format_table, plan_report, plot_plan, public
+    from ..session import InferenceSession
+
+    try:
+        sess = InferenceSession(model, allocator=allocator, validate_memory=False)
+        report = plan_report(sess, sess.plan(feeds_from_options(sess, dims, shapes, inputs, seed)))
+    except (DynashapeError, ValueError) as exc:
+        raise click.ClickException(str(exc))
+    if plot_path:
+        try:
+            plot_plan(report, plot_path, title=f"{model}: {report['allocator']} plan")
+        except ImportError:
+            raise click.ClickException("--plot needs matplotlib (pip install 'dynashape[plot]')")
+    if fmt == "json":
+        click.echo(json.dumps(public(report), indent=1))
+    else:
+        click.echo(format_table(report))
+        if plot_path:
+            click.echo(f"plot:        {plot_path}")
