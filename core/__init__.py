@@ -3,6 +3,10 @@
     import dynashape
     sess = dynashape.InferenceSession("model.onnx", allocator="pool")
     y, = sess.run(None, {"x": x})
+
+The session API is onnxruntime's (``import dynashape as ort`` runs onnxruntime scripts):
+``SessionOptions``, ``RunOptions``, ``GraphOptimizationLevel``, ``ExecutionMode``,
+``get_available_providers()``, ``get_device()``.
 """
 from __future__ import annotations
 
@@ -15,17 +19,25 @@ from .registry import get_registry, register_plugin, unregister_plugin
 __version__ = "0.1.0"
 
 
+_SESSION_NAMES = ("InferenceSession", "NodeArg")
+_OPTION_NAMES = ("SessionOptions", "RunOptions", "GraphOptimizationLevel", "ExecutionMode",
+                 "get_available_providers", "get_all_providers", "get_device")
+
+
 def __getattr__(name: str):
     # the session pulls in the whole core; import it on first use only
-    if name in ("InferenceSession", "NodeArg"):
+    if name in _SESSION_NAMES:
         from . import session
         return getattr(session, name)
+    if name in _OPTION_NAMES:
+        from . import options
+        return getattr(options, name)
     raise AttributeError(f"module 'dynashape' has no attribute '{name}'")
 
 
 __all__ = [
-    "InferenceSession",
-    "NodeArg",
+    *_SESSION_NAMES,
+    *_OPTION_NAMES,
     "OpDef",
     "KernelDef",
     "OpLibrary",

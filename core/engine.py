@@ -83,6 +83,10 @@ class Engine:
         self.plan_cache_size = max(1, int(plan_cache_size))
         self.name = name
         self.input_values = input_values
+        #: a :class:`~dynashape.profiling.Profiler` while the session profiles
+        self.profiler = None
+        #: no dim_param warnings (``log_severity_level`` >= 3)
+        self.quiet = False
         self._lock = threading.Lock()
         self._plans: OrderedDict = OrderedDict()
         self._recent_key = None
@@ -159,7 +163,10 @@ class Engine:
                 self._plans.popitem(last=False)
         st = ctx.stats
         st.cache_misses += 1
-        st.planning_ms += (time.perf_counter() - t0) * 1e3
+        t1 = time.perf_counter()
+        st.planning_ms += (t1 - t0) * 1e3
+        if self.profiler is not None:
+            self.profiler.session_event("plan", t0, t1, symbolic=plan.symbolic)
         if plan.symbolic:
             st.symbolic_plans += 1
         else:
@@ -181,7 +188,7 @@ class Engine:
                 plan = self.make_plan(key, feeds, ctx)
             else:
                 stats.cache_hits += 1
-            values = ctx.execute(plan, feeds)
+            values = ctx.execute(plan, feeds, self.profiler)
             program = plan.program
             slots = program.pg.output_slots
             if program.copies_outputs:
@@ -256,7 +263,7 @@ class Engine:
         program = self.programs.get(key)
         if program is None:
             for name in groups:
-                if name not in self._warned:
+                if name not in self._warned and not self.quiet:
                     self._warned.add(name)
                     warnings.warn(f"dynashape: {self._mismatch(base, shapes, name)}; declared dim_params are hints, so "
                                   "these axes get symbols of their own (strict_dim_params=True makes this an error)",

@@ -23,6 +23,8 @@ __all__ = [
     "ExecutionError",
     "MemoryPlanError",
     "PlanCheckError",
+    "InvalidArgumentError",
+    "RunTerminated",
 ]
 
 
@@ -101,3 +103,11 @@ class MemoryPlanError(DynashapeError, RuntimeError):
 
 class PlanCheckError(DynashapeError, RuntimeError):
     """Validation mode: a plan made from the symbolic program disagrees with per-node inference."""
+
+
+class InvalidArgumentError(DynashapeError, ValueError):
+    """An argument of the session API is malformed (options, providers, config keys)."""
+
+
+class RunTerminated(DynashapeError, RuntimeError):
+    """A run was asked to stop (``RunOptions.terminate``); the session stays usable."""

@@ -131,9 +131,10 @@ class ExecutionContext:
         return buffers
 
     # --- running -----------------------------------------------------------------------
-    def execute(self, plan: Plan, feeds: Sequence[np.ndarray]) -> list:
+    def execute(self, plan: Plan, feeds: Sequence[np.ndarray], profiler=None) -> list:
         """Run ``plan`` (segment 0) on ``feeds`` (the program's inputs in order); returns the
-        value list (slot -> array) of the run."""
+        value list (slot -> array) of the run. With a :class:`~dynashape.profiling.Profiler`
+        the steps run one by one and each node's time is recorded."""
         t0 = time.perf_counter()
         program = plan.program
         v = list(plan.template)
@@ -143,8 +144,8 @@ class ExecutionContext:
             seg = plan.segment
             if seg.steps:
                 buffers = self.buffers(plan)
-                if self.validate:
-                    _Interpreter(self, plan, buffers).run(v)
+                if self.validate or profiler is not None:
+                    _Interpreter(self, plan, buffers, profiler).run(v)
                 else:
                     try:
                         seg.run(v, buffers, plan.prepared, plan.shapes)
@@ -154,7 +155,7 @@ class ExecutionContext:
                         raise step_error(seg.steps, seg.run_lines, "run", exc) from exc
             if not seg.binding:
                 break
-            key = _run_binding_nodes(program, seg, v)
+            key = _run_binding_nodes(program, seg, v, profiler)
             if seg.index + 1 == len(program.segments) or program.segments[seg.index + 1].empty:
                 break
             following = program.segments[seg.index + 1]
@@ -185,13 +186,16 @@ class ExecutionContext:
         return nxt
 
 
-def _run_binding_nodes(program: Program, seg: Segment, v: list) -> tuple:
+def _run_binding_nodes(program: Program, seg: Segment, v: list, profiler=None) -> tuple:
     """Infer and run the segment's binding nodes; the values of the symbols they bind."""
     pg = program.pg
     for idx, slots, (kernel, prepared) in zip(seg.binding, seg.binding_inputs, seg.binding_kernels):
         pn = pg.nodes[idx]
-        outs = run_dynamic(pn, program.registry, [v[i] if i >= 0 else None for i in slots], program.services,
-                           kernel, prepared)
+        ins = [v[i] if i >= 0 else None for i in slots]
+        t0 = time.perf_counter()
+        outs = run_dynamic(pn, program.registry, ins, program.services, kernel, prepared)
+        if profiler is not None:
+            profiler.node_event(pn.node, idx, t0, time.perf_counter(), ins, outs)
         for o, a in zip(pn.outputs, outs):
             if o >= 0:
                 v[o] = a
@@ -235,16 +239,18 @@ def _byte_bounds(a: np.ndarray) -> tuple:
 
 
 class _Interpreter:
-    """The generated ``run`` as a loop, checking every arena array a step reads or writes
-    lies in its own block and that the block is live, and poisoning (0xFF) the arena at
-    the start and every block after its last reader (a stale float read shows as NaN)."""
+    """The generated ``run`` as a loop. In validation mode it checks every arena array a
+    step reads or writes lies in its own block and that the block is live, and poisons
+    (0xFF) the arena at the start and every block after its last reader (a stale float
+    read shows as NaN); with a profiler it records each step's time."""
 
-    def __init__(self, ctx: ExecutionContext, plan: Plan, buffers: tuple):
+    def __init__(self, ctx: ExecutionContext, plan: Plan, buffers: tuple, profiler=None):
         self.plan = plan
         self.buffers = buffers
-        self.pool = plan.program.allocator == "pool"
-        self.arena = ctx.arena(plan.segment.index) if self.pool else None
-        blocks = plan.memory.blocks if self.pool else []
+        self.profiler = profiler
+        self.check_arena = plan.program.allocator == "pool" and ctx.validate
+        self.arena = ctx.arena(plan.segment.index) if self.check_arena else None
+        blocks = plan.memory.blocks if self.check_arena else []
         self.block_of = {s: b for b in blocks for s in b.slots}
         self.dying: dict = {}
         for b in blocks:
@@ -252,7 +258,7 @@ class _Interpreter:
 
     def run(self, v: list) -> None:
         seg, plan = self.plan.segment, self.plan
-        buf = self.arena.buffer if self.pool else None
+        buf = self.arena.buffer if self.check_arena else None
         if buf is not None:
             buf.fill(0xFF)  # nothing in the arena may be read before it is written
         blocks: dict = {}
@@ -271,8 +277,11 @@ class _Interpreter:
                     outs.append(self.buffers[pos][k])
                 else:
                     outs.append(None)
-            res = run_kernel(st.node, st.kernel.compute, plan.prepared[pos],
-                             [v[i] if i >= 0 else None for i in st.inputs], outs)
+            ins = [v[i] if i >= 0 else None for i in st.inputs]
+            t0 = time.perf_counter()
+            res = run_kernel(st.node, st.kernel.compute, plan.prepared[pos], ins, outs)
+            if self.profiler is not None:
+                self.profiler.node_event(st.node.node, st.t, t0, time.perf_counter(), ins, res)
             for o, a in zip(st.outputs, res):
                 if o >= 0:
                     v[o] = a
@@ -282,7 +291,7 @@ class _Interpreter:
                     buf[b.offset:b.offset + b.size] = 0xFF
 
     def _check(self, st, slots: tuple, v: list, verb: str) -> None:
-        if not self.pool or not self.arena.buffer.nbytes:
+        if not self.check_arena or not self.arena.buffer.nbytes:
             return
         buf = self.arena.buffer
         base = buf.ctypes.data

@@ -83,6 +83,8 @@ class Graph:
     outputs: list[ValueInfo]
     initializers: dict[str, np.ndarray]
     value_info: dict[str, ValueInfo]
+    #: initializers also listed as graph inputs: defaults a feed may override (IR.md)
+    overridable: list[ValueInfo] = field(default_factory=list)
 
     def outer_names(self) -> set[str]:
         """Names this graph reads but does not define (outer-scope values of a subgraph)."""
@@ -104,6 +106,27 @@ class Model:
     opsets: dict[str, int]
     ir_version: int
     proto: onnx.ModelProto
+
+
+@dataclass(frozen=True)
+class ModelMetadata:
+    """A model's metadata, as ``onnxruntime.ModelMetadata`` (ONNX IR.md "Models")."""
+
+    producer_name: str
+    graph_name: str
+    domain: str
+    description: str
+    graph_description: str
+    version: int
+    custom_metadata_map: dict
+
+
+def model_metadata(proto: onnx.ModelProto) -> ModelMetadata:
+    """The producer, graph name, domain, doc strings, model_version and metadata_props."""
+    return ModelMetadata(producer_name=proto.producer_name, graph_name=proto.graph.name, domain=proto.domain,
+                         description=proto.doc_string, graph_description=proto.graph.doc_string,
+                         version=int(proto.model_version),
+                         custom_metadata_map={p.key: p.value for p in proto.metadata_props})
 
 
 def _dims(tt) -> Optional[tuple[DimSpec, ...]]:
@@ -184,6 +207,7 @@ def _graph(g: onnx.GraphProto) -> Graph:
         outputs=[_value_info(v) for v in g.output],
         initializers=inits,
         value_info={v.name: _value_info(v) for v in g.value_info},
+        overridable=[_value_info(v) for v in g.input if v.name in inits],
     )
 
 

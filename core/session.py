@@ -12,22 +12,26 @@ from __future__ import annotations
 import os
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
+import onnx
 
 from .engine import Engine
 from .errors import (DimParamMismatch, InputDtypeMismatch, InputFixedDimMismatch, InputNameError,
-                     InputRankMismatch, InvalidFeedError)
+                     InputRankMismatch, InvalidArgumentError, InvalidFeedError, RunTerminated)
 from .executor import Arena, RunStats
 from .graph import PreparedGraph, prepare_graph
 from .inference import fold_constants
-from .model import FIXED, SYMBOLIC, Model, ValueInfo, input_dim_exprs, load_model
+from .model import FIXED, SYMBOLIC, Model, ModelMetadata, ValueInfo, input_dim_exprs, load_model, model_metadata
+from .options import RunOptions, SessionOptions, resolve_providers, session_settings, warn_once
 from .plan import Plan
+from .profiling import Profiler
 from .program import Program
 from .registry import get_registry
 from .symbolic_inference import SymbolicGraph
+from .threads import BlasThreads
 
 __all__ = ["InferenceSession", "NodeArg", "SessionStats"]
 
@@ -70,6 +74,48 @@ def _feed_checker(inputs: Sequence[ValueInfo]):
     return w.compile()["fit"]
 
 
+#: onnxruntime keyword arguments that are accepted and have no effect here
+_ORT_KWARGS = ("disabled_optimizers", "read_config_from_model")
+
+
+def _check_ort_kwargs(kwargs: dict) -> None:
+    for name in kwargs:
+        if name not in _ORT_KWARGS:
+            raise TypeError(f"InferenceSession() got an unexpected keyword argument '{name}'")
+        warn_once(f"kwarg:{name}", f"InferenceSession(..., {name}=...) is accepted but has no effect in dynashape", 4)
+
+
+def feed_array(vi: ValueInfo, value: Any) -> np.ndarray:
+    """A feed that is not an ndarray as an array, converted as onnxruntime does: Python lists,
+    tuples, scalars and numpy scalars take the declared element type (ints may become
+    floats; floats never silently become ints).
+
+    Raises:
+        InvalidFeedError: ``None``, an object that is not array-like, ragged lists.
+        InputDtypeMismatch: values of a kind that does not convert to the declared type.
+    """
+    if value is None:
+        raise InvalidFeedError(f"input '{vi.name}': got None, expected {vi.type} (a numpy array or a list)")
+    want = vi.dtype
+    try:
+        arr = np.asarray(value)
+    except (ValueError, TypeError) as exc:
+        raise InvalidFeedError(f"input '{vi.name}': cannot make a {vi.type} tensor from the "
+                               f"{type(value).__name__} given ({exc})") from None
+    if want is None or arr.dtype == want:
+        return arr
+    if want == object:
+        return arr if arr.dtype.kind in "OUS" else arr.astype(object)
+    if arr.dtype.kind == "O":
+        raise InvalidFeedError(f"input '{vi.name}': cannot make a {vi.type} tensor from the {type(value).__name__} "
+                               "given (not a number, list of numbers or array)")
+    if isinstance(value, np.ndarray) or not (np.can_cast(arr.dtype, want, "same_kind")
+                                             or arr.dtype.kind in "biu" and want.kind in "biuf"):
+        raise InputDtypeMismatch(f"input '{vi.name}': expected {vi.type} (numpy {want}), got {type(value).__name__} "
+                                 f"of numpy {arr.dtype}")
+    return arr.astype(want)
+
+
 def _node_arg(vi: ValueInfo) -> NodeArg:
     shape = None if vi.dims is None else [d.display for d in vi.dims]
     return NodeArg(vi.name, shape, vi.type)
@@ -78,11 +124,19 @@ def _node_arg(vi: ValueInfo) -> NodeArg:
 class InferenceSession:
     """Run an ONNX model with changing input shapes (the ``onnxruntime.InferenceSession`` call shape).
 
+    The arguments are onnxruntime's, in its order; dynashape's own are keywords.
+
     Args:
-        model: a path, serialized bytes or an ``onnx.ModelProto``.
+        path_or_bytes: a path, serialized bytes or an ``onnx.ModelProto``.
+        sess_options: a :class:`~dynashape.options.SessionOptions` (what each field does here
+            is in :mod:`dynashape.options`).
+        providers: onnxruntime's provider list (names or ``(name, options)``); only
+            ``"CPUExecutionProvider"`` exists, others fall back to it with a warning.
+        provider_options: a list of option dicts, one per provider.
         allocator: ``"pool"`` (one arena per execution context, offsets planned per input
             signature, reused when the new shapes fit and grown when they don't) or
-            ``"naive"`` (one buffer per tensor).
+            ``"naive"`` (one buffer per tensor). Default: from ``sess_options``
+            (``enable_cpu_mem_arena`` and ``enable_mem_pattern`` both True: pool).
         plan_cache_size: how many input signatures keep their plan (LRU).
         validate_memory: validation mode (also ``DYNASHAPE_VALIDATE_MEMORY=1``; see
             docs/MEMORY.md): every pool plan is checked for overlapping live tensors, runs
@@ -94,24 +148,36 @@ class InferenceSession:
             ``DimParamMismatch`` (by default, as in ONNX Runtime, declared dim_params are
             hints: the conflicting axes get symbols of their own, with a warning once).
 
+        **kwargs: onnxruntime's ``disabled_optimizers`` / ``read_config_from_model`` (no effect).
+
     Raises:
         ModelLoadError: the model cannot be read.
         UnsupportedOperatorError: an operator has no definition for the model's opset.
+        InvalidArgumentError: malformed ``sess_options``, ``providers`` or ``provider_options``.
         ValueError: an unknown allocator.
+        TypeError: an unknown keyword argument.
     """
 
-    def __init__(self, model: Any, *, allocator: str = "pool", plan_cache_size: int = 8,
-                 validate_memory: Optional[bool] = None, strict_dim_params: bool = False):
-        if allocator not in ALLOCATORS:
-            raise ValueError(f"allocator must be one of {ALLOCATORS}, got {allocator!r}")
-        self.allocator = allocator
+    def __init__(self, path_or_bytes: Any, sess_options: Optional[SessionOptions] = None, providers: Any = None,
+                 provider_options: Any = None, *, allocator: Optional[str] = None, plan_cache_size: int = 8,
+                 validate_memory: Optional[bool] = None, strict_dim_params: bool = False, **kwargs: Any):
+        _check_ort_kwargs(kwargs)
+        settings = session_settings(sess_options, allocator)
+        if settings.allocator not in ALLOCATORS:
+            raise ValueError(f"allocator must be one of {ALLOCATORS}, got {settings.allocator!r}")
+        self._providers, self._provider_options = resolve_providers(providers, provider_options)
+        self._sess_options = sess_options if sess_options is not None else SessionOptions()
+        self._settings = settings
+        self.allocator = settings.allocator
         self.strict_dim_params = bool(strict_dim_params)
         self.validate_memory = (os.environ.get("DYNASHAPE_VALIDATE_MEMORY", "") in ("1", "true")
                                 if validate_memory is None else bool(validate_memory))
-        self.model: Model = load_model(model)
+        self._profiler = Profiler(settings.profile_prefix) if settings.profile_prefix is not None else None
+        t_load = time.perf_counter()
+        self.model: Model = load_model(path_or_bytes)
         self.registry = get_registry()
         self.graph: PreparedGraph = prepare_graph(self.model, self.registry)
-        self.folded_nodes = fold_constants(self.graph, self.registry)
+        self.folded_nodes = fold_constants(self.graph, self.registry) if settings.fold_constants else 0
         self._inputs = self.model.graph.inputs
         self._outputs = self.model.graph.outputs
         taken = {d.value for vi in self._inputs if vi.dims for d in vi.dims if isinstance(d.value, str)}
@@ -120,15 +186,23 @@ class InferenceSession:
         dtypes = {self.graph.slot[vi.name]: vi.dtype for vi in self._inputs}
         t0 = time.perf_counter()
         self.engine = Engine(self.graph, self.registry, dims, dtypes, [vi.name for vi in self._inputs],
-                             allocator, validate=self.validate_memory, strict_dim_params=self.strict_dim_params,
+                             self.allocator, validate=self.validate_memory, strict_dim_params=self.strict_dim_params,
                              plan_cache_size=plan_cache_size, name=self.model.graph.name or "model")
+        self.engine.profiler = self._profiler
+        self.engine.quiet = settings.quiet
         self.symbolic_inference_ms = (time.perf_counter() - t0) * 1e3
         self._input_index = {vi.name: i for i, vi in enumerate(self._inputs)}
         self._input_names = [vi.name for vi in self._inputs]
         self._output_index = {vi.name: i for i, vi in enumerate(self._outputs)}
         self._all_outputs = list(range(len(self._outputs)))
         self._feeds_fit = _feed_checker(self._inputs)
+        self._overridable = {vi.name for vi in self.model.graph.overridable}
+        self._overriding: dict = {}
+        self._blas = BlasThreads(settings.blas_threads) if settings.blas_threads else None
+        self._plain_runs = self._profiler is None and self._blas is None
         self.shape_conflicts = self._declared_vs_inferred()
+        if self._profiler is not None:
+            self._profiler.session_event("session_initialization", t_load, time.perf_counter())
 
     # description ------------------------------------------------------------
     @property
@@ -160,6 +234,74 @@ class InferenceSession:
                 out.append(_node_arg(v))
         return out
 
+    def get_overridable_initializers(self) -> list[NodeArg]:
+        """Initializers that are also graph inputs: a feed of that name overrides the value."""
+        return [_node_arg(v) for v in self.model.graph.overridable]
+
+    def get_modelmeta(self) -> ModelMetadata:
+        """Producer, graph name, domain, descriptions, version and ``custom_metadata_map``."""
+        return model_metadata(self.model.proto)
+
+    def get_providers(self) -> list[str]:
+        return list(self._providers)
+
+    def get_provider_options(self) -> dict:
+        """``{"CPUExecutionProvider": {option: value as str}}``, as onnxruntime returns it."""
+        return {p: dict(o) for p, o in zip(self._providers, self._provider_options)}
+
+    def get_session_options(self) -> SessionOptions:
+        return self._sess_options
+
+    def set_providers(self, providers: Any = None, provider_options: Any = None) -> None:
+        """Choose providers again (only the CPU one exists; others fall back with a warning)."""
+        self._providers, self._provider_options = resolve_providers(providers, provider_options)
+
+    def disable_fallback(self) -> None:
+        """Accepted: there is no other provider to fall back from."""
+
+    def enable_fallback(self) -> None:
+        """Accepted: there is no other provider to fall back from."""
+
+    def end_profiling(self) -> str:
+        """Stop profiling and write the trace (:mod:`dynashape.profiling`); returns its path,
+        ``""`` when the session was not profiling (as onnxruntime).
+
+        Raises:
+            OSError: the file cannot be written.
+        """
+        profiler = self._profiler
+        if profiler is None:
+            return ""
+        self._profiler = None
+        for engine in [self.engine] + [inner.engine for inner in self._overriding.values()]:
+            engine.profiler = None
+        self._plain_runs = self._blas is None
+        return profiler.write()
+
+    def get_profiling_start_time_ns(self) -> int:
+        """When profiling started (``time.time_ns()``), 0 when not profiling."""
+        return self._profiler.start_time_ns if self._profiler is not None else 0
+
+    def io_binding(self):
+        """Not supported (see the README, "Differences from onnxruntime").
+
+        Raises:
+            NotImplementedError: always.
+        """
+        raise NotImplementedError("io_binding is not supported: dynashape runs on the CPU only; pass numpy arrays "
+                                  "to run() (outputs are fresh arrays, never overwritten by a later run)")
+
+    def run_with_ort_values(self, *args: Any, **kwargs: Any):
+        """Not supported (no OrtValue type; see the README).
+
+        Raises:
+            NotImplementedError: always.
+        """
+        raise NotImplementedError("run_with_ort_values is not supported: dynashape has no OrtValue; "
+                                  "call run() with numpy arrays")
+
+    run_with_iobinding = io_binding
+
     def _declared_vs_inferred(self) -> list[str]:
         """Graph outputs whose declared fixed dims contradict inference (reported, not trusted)."""
         conflicts = []
@@ -173,7 +315,7 @@ class InferenceSession:
             for axis, (d, i) in enumerate(zip(v.dims, inferred)):
                 if d.kind == FIXED and isinstance(i, int) and d.value != i:
                     conflicts.append(f"output '{v.name}', axis {axis}: declared {d.value}, inferred {i}")
-        for c in conflicts:
+        for c in conflicts if not self._settings.quiet else ():
             warnings.warn(f"dynashape: {c}; the inferred shape is used", RuntimeWarning, stacklevel=3)
         return conflicts
 
@@ -188,10 +330,13 @@ class InferenceSession:
 
     # running -----------------------------------------------------------------
     def run(self, output_names: Optional[Sequence[str]], input_feed: Mapping[str, Any],
-            run_options: Any = None) -> list[np.ndarray]:
+            run_options: Optional[RunOptions] = None) -> list[np.ndarray]:
         """Run the model on ``input_feed`` and return the requested outputs (all when None).
 
-        Arrays returned are never touched by a later or concurrent run.
+        Feeds are numpy arrays of the declared element type; lists, scalars and numpy
+        scalars are converted to it (:func:`feed_array`). A feed for an initializer that is
+        also a graph input (``get_overridable_initializers()``) overrides it. Arrays returned
+        are never touched by a later or concurrent run.
 
         Raises:
             InputNameError: a required input is missing, or an unknown input/output name.
@@ -199,7 +344,31 @@ class InferenceSession:
                 a feed does not fit the declared input.
             ShapeInferenceError: an operator's shape rule is broken for these shapes.
             ExecutionError: a kernel failed.
+            RunTerminated: ``run_options.terminate`` is set.
         """
+        if run_options is None and self._plain_runs:
+            return self._run(output_names, input_feed)
+        return self._run_with_options(output_names, input_feed, run_options)
+
+    def _run_with_options(self, output_names, input_feed, run_options: Optional[RunOptions]) -> list[np.ndarray]:
+        if run_options is not None:
+            if not isinstance(run_options, RunOptions):
+                raise InvalidArgumentError(f"run_options must be a dynashape.RunOptions, got "
+                                           f"{type(run_options).__name__}")
+            if run_options.terminate:
+                raise RunTerminated("the run did not start: RunOptions.terminate is set")
+        t0 = time.perf_counter()
+        if self._blas is not None:
+            self._blas.enter()
+        try:
+            return self._run(output_names, input_feed)
+        finally:
+            if self._blas is not None:
+                self._blas.leave()
+            if self._profiler is not None:
+                self._profiler.session_event("model_run", t0, time.perf_counter())
+
+    def _run(self, output_names, input_feed) -> list[np.ndarray]:
         wanted = self._all_outputs if not output_names else self._wanted(output_names)
         try:
             feeds = [input_feed[n] for n in self._input_names]
@@ -209,11 +378,13 @@ class InferenceSession:
         key = []
         for i, a in enumerate(feeds):
             if type(a) is not np.ndarray:
-                feeds[i] = a = np.asarray(a)
+                feeds[i] = a = feed_array(self._inputs[i], a)
             key.append(a.shape)
             key.append(a.dtype)
         key_t = tuple(key)
         plan = self.engine.cached_plan(key_t)
+        if len(input_feed) != len(feeds) and self._overridable and not self._overridable.isdisjoint(input_feed):
+            return self._run_overriding(output_names, input_feed)
         if len(input_feed) != len(feeds) or plan is None and (self.strict_dim_params or not self._feeds_fit(feeds)):
             try:
                 self._validate(input_feed)
@@ -221,6 +392,24 @@ class InferenceSession:
                 self.engine.stats_failed()
                 raise
         return self.engine.run(key_t, feeds, wanted, plan)
+
+    def _run_overriding(self, output_names, input_feed: Mapping[str, Any]) -> list[np.ndarray]:
+        """Run with some initializers fed: on a session (compiled once per set of fed names)
+        of the model where those initializers are inputs."""
+        names = frozenset(self._overridable.intersection(input_feed))
+        inner = self._overriding.get(names)
+        if inner is None:
+            proto = onnx.ModelProto()
+            proto.CopyFrom(self.model.proto)
+            kept = [t for t in proto.graph.initializer if t.name not in names]
+            del proto.graph.initializer[:]
+            proto.graph.initializer.extend(kept)
+            so = replace(self._sess_options, enable_profiling=False, intra_op_num_threads=0)
+            inner = InferenceSession(proto, so, allocator=self.allocator, plan_cache_size=self.plan_cache_size,
+                                     validate_memory=self.validate_memory, strict_dim_params=self.strict_dim_params)
+            inner.engine.profiler = self._profiler
+            inner = self._overriding.setdefault(names, inner)
+        return inner._run(output_names, input_feed)
 
     def _wanted(self, output_names: Sequence[str]) -> list[int]:
         out = []
@@ -246,7 +435,7 @@ class InferenceSession:
                 raise InputNameError(f"missing input '{vi.name}' (expected {vi.type} with shape "
                                      f"{_node_arg(vi).shape})")
             arr = input_feed[vi.name]
-            self._check_feed(vi, arr if isinstance(arr, np.ndarray) else np.asarray(arr),
+            self._check_feed(vi, arr if isinstance(arr, np.ndarray) else feed_array(vi, arr),
                              bound if self.strict_dim_params else None)
 
     @staticmethod
@@ -277,7 +466,8 @@ class InferenceSession:
         ``plan(...).memory`` has ``arena_bytes``, ``lower_bound_bytes``, ``naive_bytes``,
         ``planning_ms`` and the blocks."""
         self._validate(input_feed)
-        feeds = [np.asarray(input_feed[n]) for n in self._input_names]
+        feeds = [a if isinstance(a, np.ndarray) else feed_array(vi, a)
+                 for vi, a in zip(self._inputs, (input_feed[n] for n in self._input_names))]
         key = tuple(x for a in feeds for x in (a.shape, a.dtype))
         return self.engine.plan(key, feeds)
 

@@ -1,0 +1,103 @@
+"""A per-node profiler writing onnxruntime's profile format (a Chrome trace).
+
+With ``SessionOptions.enable_profiling`` a session times every run (``model_run``), every
+plan made for a new signature (``plan``) and every node (``<node>_kernel_time``), and
+``end_profiling()`` writes them as a JSON array of trace events: complete events
+(``"ph": "X"``) with ``ts``/``dur`` in microseconds since the session started profiling,
+``cat`` ``"Session"`` or ``"Node"`` and, for nodes, ``args.op_name``, ``args.provider``,
+``args.node_index`` and the input/output ``[{dtype: shape}]`` lists, as onnxruntime's
+profiler writes them. Open the file in https://ui.perfetto.dev or chrome://tracing.
+
+Source: the Trace Event Format (Google, "Trace Event Format" document) and
+onnxruntime's ``core/common/profiler.cc`` output.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from datetime import datetime
+from typing import Optional, Sequence
+
+import numpy as np
+import onnx
+
+__all__ = ["Profiler"]
+
+PROVIDER = "CPUExecutionProvider"
+
+
+_TYPE_NAMES: dict = {}
+
+
+def _type_name(dtype: np.dtype) -> str:
+    """ONNX's element type name as onnxruntime's profiler writes it (``float``, ``int64``)."""
+    name = _TYPE_NAMES.get(dtype)
+    if name is None:
+        try:
+            name = onnx.TensorProto.DataType.Name(onnx.helper.np_dtype_to_tensor_dtype(dtype)).lower()
+        except (KeyError, TypeError, ValueError):
+            name = str(dtype)
+        _TYPE_NAMES[dtype] = name
+    return name
+
+
+def _type_shapes(arrays: Sequence) -> list:
+    return [{_type_name(a.dtype): list(a.shape)} for a in arrays if isinstance(a, np.ndarray)]
+
+
+class Profiler:
+    """Collects trace events of one session until :meth:`write`.
+
+    Args:
+        prefix: the file name prefix; the file is ``<prefix><YYYY-MM-DD_HH-MM-SS>.json``.
+    """
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+        self.start_ns = time.perf_counter_ns()
+        self.start_time_ns = time.time_ns()
+        self._stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+        self._pid = os.getpid()
+        self._events: list = []
+        self._tids: dict = {}
+
+    def _tid(self) -> int:
+        ident = threading.get_ident()
+        return self._tids.setdefault(ident, len(self._tids))
+
+    def _us(self, t: float) -> int:
+        return max(0, (int(t * 1e9) - self.start_ns) // 1000)
+
+    def session_event(self, name: str, t0: float, t1: float, **args) -> None:
+        """A session-level span; ``t0``/``t1`` are ``time.perf_counter()`` seconds."""
+        self._events.append({"cat": "Session", "pid": self._pid, "tid": self._tid(), "dur": self._us(t1) - self._us(t0),
+                             "ts": self._us(t0), "ph": "X", "name": name, "args": args})
+
+    def node_event(self, node, index: int, t0: float, t1: float, inputs: Sequence, outputs: Sequence) -> None:
+        """One kernel call of ``node`` (a model node: ``name``, ``op_type``)."""
+        outs = [a for a in outputs if isinstance(a, np.ndarray)]
+        self._events.append({
+            "cat": "Node", "pid": self._pid, "tid": self._tid(), "dur": self._us(t1) - self._us(t0),
+            "ts": self._us(t0), "ph": "X", "name": f"{node.name}_kernel_time",
+            "args": {"op_name": node.op_type, "provider": PROVIDER, "node_index": str(index),
+                     "input_type_shape": _type_shapes(inputs), "output_type_shape": _type_shapes(outs),
+                     "output_size": str(sum(a.nbytes for a in outs))}})
+
+    @property
+    def events(self) -> list:
+        return list(self._events)
+
+    def write(self, folder: Optional[str] = None) -> str:
+        """Write the events; returns the file's path.
+
+        Raises:
+            OSError: the file cannot be written.
+        """
+        path = f"{self.prefix}{self._stamp}.json"
+        if folder:
+            path = os.path.join(folder, path)
+        with open(path, "w") as f:
+            json.dump(self._events, f, separators=(",", ":"))
+        return path
