@@ -3,16 +3,21 @@
 :func:`plan_report` turns a :class:`~dynashape.executor.Plan` into plain data (one entry
 per arena-planned tensor: bytes, lifetime, offset, block, how it got there), and
 :func:`format_table` / :func:`plot_plan` print and draw it. The plot has the execution
-step on x and the arena offset on y, one rectangle per tensor; views are hatched over
-their source's block and in-place outputs drawn in their own colour.
+step on x and the arena offset (MiB) on y, one rectangle per tensor, the largest named;
+views are hatched over their source's block and in-place outputs drawn in their own
+colour. Its format (PNG, SVG, PDF) follows the file extension.
 """
 from __future__ import annotations
+
+import os
+from typing import Optional
 
 import numpy as np
 
 from .planner import INPLACE, OWN, VIEW, align
 
-__all__ = ["format_table", "plan_report", "plot_plan"]
+__all__ = ["PLOT_FORMATS", "format_table", "largest_tensors", "plan_figure", "plan_report", "plot_format",
+           "plot_plan", "plot_title"]
 
 
 def _tensor_last_uses(plan) -> dict:
@@ -110,11 +115,84 @@ def format_table(report: dict, max_name: int = 48) -> str:
 
 
 _COLORS = {OWN: "#4c78a8", INPLACE: "#f58518", VIEW: "#54a24b"}
+_KIND_LABELS = {OWN: "tensor", INPLACE: "in place", VIEW: "view"}
+MIB = float(1 << 20)
+#: Plot file formats, chosen by the file extension.
+PLOT_FORMATS = ("png", "svg", "pdf")
 
 
-def plot_plan(report: dict, path: str, title: str | None = None) -> None:
-    """Draw the plan to ``path`` (PNG): x = execution step, y = offset, one rectangle per
-    tensor (views hatched, in-place outputs orange), lines at the arena size and lower bound.
+def plot_format(path: str) -> str:
+    """The plot format of ``path`` from its extension (``png``, ``svg`` or ``pdf``, any case).
+
+    Raises:
+        ValueError: another or no extension (the message names the supported ones).
+    """
+    ext = os.path.splitext(path)[1].lower().lstrip(".")
+    if ext not in PLOT_FORMATS:
+        raise ValueError(f"the plot format comes from the file extension: use .png, .svg or .pdf, "
+                         f"got {os.path.basename(path)!r}")
+    return ext
+
+
+def plot_title(report: dict, name: str = "", inputs: Optional[dict] = None) -> str:
+    """Two lines: ``name: allocator plan for x[8, 16], ...`` and the arena / lower bound /
+    naive totals. ``inputs`` maps input names to shapes (lists of ints)."""
+    head = f"{name}: " if name else ""
+    shapes = ", ".join(f"{k}[{', '.join(map(str, v))}]" for k, v in (inputs or {}).items())
+    head += f"{report['allocator']} plan" + (f" for {shapes}" if shapes else "")
+    return (f"{head}\narena {_fmt_bytes(report['arena_bytes'])}, lower bound "
+            f"{_fmt_bytes(report['lower_bound_bytes'])}, naive {_fmt_bytes(report['naive_bytes'])}")
+
+
+def _rect(t: dict) -> tuple[float, float, float, float]:
+    """(x, y, width, height) of a tensor's rectangle: steps on x, MiB on y."""
+    return t["first"], t["_draw_offset"] / MIB, t["last"] - t["first"] + 1, align(t["bytes"]) / MIB
+
+
+def _draw_tensors(ax, tensors: list) -> float:
+    """One rectangle per tensor (views hatched, in-place outputs orange); returns the top in MiB."""
+    from matplotlib.patches import Rectangle
+
+    top = 0.0
+    for t in tensors:
+        x, y, w, h = _rect(t)
+        top = max(top, y + h)
+        kind = t["kind"]
+        ax.add_patch(Rectangle((x, y), w, h, facecolor=_COLORS[kind], edgecolor="black", linewidth=0.3,
+                               alpha=0.35 if kind == VIEW else 0.8, hatch="//" if kind == VIEW else None))
+    return top
+
+
+def largest_tensors(report: dict, n: int = 8) -> list[dict]:
+    """The ``n`` non-view tensors with the largest rectangles (bytes x steps), largest first."""
+    own = [t for t in report["tensors"] if t["kind"] != VIEW]
+    return sorted(own, key=lambda t: -(align(t["bytes"]) * (t["last"] - t["first"] + 1)))[:n]
+
+
+def _label_largest(ax, report: dict, n: int, max_name: int = 28) -> None:
+    """Each of the largest rectangles gets its tensor name, centred (clipped to the axes)."""
+    for t in largest_tensors(report, n):
+        x, y, w, h = _rect(t)
+        name = t["name"] if len(t["name"]) <= max_name else t["name"][:max_name - 1] + "…"
+        ax.text(x + w / 2, y + h / 2, name, ha="center", va="center", fontsize=7, clip_on=True)
+
+
+def _legend(ax, report: dict) -> None:
+    """Legend entries for the tensor kinds drawn and, for a pool plan, the two total lines."""
+    from matplotlib.patches import Patch
+
+    kinds = {t["kind"] for t in report["tensors"]}
+    handles = [Patch(facecolor=_COLORS[k], hatch="//" if k == VIEW else None, alpha=0.35 if k == VIEW else 0.8,
+                     label=_KIND_LABELS[k]) for k in (OWN, INPLACE, VIEW) if k in kinds]
+    line_handles, _ = ax.get_legend_handles_labels()
+    if handles or line_handles:
+        ax.legend(handles=handles + line_handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+
+
+def plan_figure(report: dict, title: Optional[str] = None, n_labels: int = 8):
+    """The plan as a matplotlib Figure: x = execution step, y = arena offset in MiB (plain
+    ticks, no offset multiplier), one rectangle per tensor, the ``n_labels`` largest named,
+    lines at the arena size and lower bound (pool), legend for the kinds present.
 
     Raises:
         ImportError: matplotlib is not installed (``pip install dynashape[plot]``).
@@ -122,34 +200,45 @@ def plot_plan(report: dict, path: str, title: str | None = None) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch, Rectangle
+    from matplotlib.ticker import ScalarFormatter
 
     fig, ax = plt.subplots(figsize=(12, 6), dpi=100)
-    top = 1
-    for b in report["blocks"]:
-        off = b["offset"] if b["offset"] is not None else 0
-        top = max(top, off + align(b["bytes"]))
-    for t in report["tensors"]:
-        off = t["_draw_offset"]
-        top = max(top, off + align(t["bytes"]))
-        kind = t["kind"]
-        ax.add_patch(Rectangle((t["first"], off), t["last"] - t["first"] + 1, align(t["bytes"]),
-                               facecolor=_COLORS[kind], edgecolor="black", linewidth=0.3,
-                               alpha=0.35 if kind == VIEW else 0.8, hatch="//" if kind == VIEW else None))
+    top = _draw_tensors(ax, report["tensors"])
     if report["allocator"] == "pool":
-        ax.axhline(report["arena_bytes"], color="red", linewidth=1, label=f"arena {report['arena_bytes']} B")
-        ax.axhline(report["lower_bound_bytes"], color="black", linestyle="--", linewidth=1,
-                   label=f"lower bound {report['lower_bound_bytes']} B")
+        ax.axhline(report["arena_bytes"] / MIB, color="red", linewidth=1,
+                   label=f"arena {_fmt_bytes(report['arena_bytes'])}")
+        ax.axhline(report["lower_bound_bytes"] / MIB, color="black", linestyle="--", linewidth=1,
+                   label=f"lower bound {_fmt_bytes(report['lower_bound_bytes'])}")
+        top = max(top, report["arena_bytes"] / MIB)
+    _label_largest(ax, report, n_labels)
     ax.set_xlim(0, max(1, report["steps"]) + 1)
-    ax.set_ylim(0, top * 1.05)
+    ax.set_ylim(0, (top or 1.0 / MIB) * 1.05)
+    formatter = ScalarFormatter(useOffset=False)
+    formatter.set_scientific(False)
+    ax.yaxis.set_major_formatter(formatter)
     ax.set_xlabel("execution step")
-    ax.set_ylabel("arena offset (bytes)" if report["allocator"] == "pool" else "bytes (one buffer per tensor)")
-    ax.set_title(title or f"{report['allocator']} plan: arena {_fmt_bytes(report['arena_bytes'])}, lower bound "
-                 f"{_fmt_bytes(report['lower_bound_bytes'])}, naive {_fmt_bytes(report['naive_bytes'])}")
-    handles = [Patch(facecolor=_COLORS[OWN], label="tensor"), Patch(facecolor=_COLORS[INPLACE], label="in place"),
-               Patch(facecolor=_COLORS[VIEW], hatch="//", alpha=0.35, label="view")]
-    line_handles, _ = ax.get_legend_handles_labels()
-    ax.legend(handles=handles + line_handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    ax.set_ylabel("arena offset (MiB)" if report["allocator"] == "pool" else "MiB (one buffer per tensor)")
+    ax.set_title(title or plot_title(report), fontsize=10)
+    _legend(ax, report)
     fig.tight_layout()
-    fig.savefig(path, format="png")
-    plt.close(fig)
+    return fig
+
+
+def plot_plan(report: dict, path: str, title: Optional[str] = None, n_labels: int = 8):
+    """Draw the plan (:func:`plan_figure`) to ``path``, in the format of its extension
+    (:data:`PLOT_FORMATS`); returns the (closed) Figure.
+
+    Raises:
+        ValueError: the extension is not png, svg or pdf.
+        OSError: ``path`` cannot be written.
+        ImportError: matplotlib is not installed (``pip install dynashape[plot]``).
+    """
+    fmt = plot_format(path)
+    fig = plan_figure(report, title, n_labels)
+    import matplotlib.pyplot as plt
+
+    try:
+        fig.savefig(path, format=fmt)
+    finally:
+        plt.close(fig)
+    return fig

@@ -43,10 +43,6 @@ def _type_name(dtype: np.dtype) -> str:
     return name
 
 
-def _type_shapes(arrays: Sequence) -> list:
-    return [{_type_name(a.dtype): list(a.shape)} for a in arrays if isinstance(a, np.ndarray)]
-
-
 class Profiler:
     """Collects trace events of one session until :meth:`write`.
 
@@ -61,6 +57,7 @@ class Profiler:
         self._stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
         self._pid = os.getpid()
         self._events: list = []
+        self._nodes: list = []
         self._tids: dict = {}
 
     def _tid(self) -> int:
@@ -76,18 +73,25 @@ class Profiler:
                              "ts": self._us(t0), "ph": "X", "name": name, "args": args})
 
     def node_event(self, node, index: int, t0: float, t1: float, inputs: Sequence, outputs: Sequence) -> None:
-        """One kernel call of ``node`` (a model node: ``name``, ``op_type``)."""
-        outs = [a for a in outputs if isinstance(a, np.ndarray)]
-        self._events.append({
-            "cat": "Node", "pid": self._pid, "tid": self._tid(), "dur": self._us(t1) - self._us(t0),
-            "ts": self._us(t0), "ph": "X", "name": f"{node.name}_kernel_time",
-            "args": {"op_name": node.op_type, "provider": PROVIDER, "node_index": str(index),
-                     "input_type_shape": _type_shapes(inputs), "output_type_shape": _type_shapes(outs),
-                     "output_size": str(sum(a.nbytes for a in outs))}})
+        """One kernel call of ``node`` (a model node: ``name``, ``op_type``); kept raw, made
+        into a trace event only when read, so profiling adds little to each step."""
+        self._nodes.append((node, index, t0, t1, self._tid(),
+                            [(a.dtype, a.shape) for a in inputs if isinstance(a, np.ndarray)],
+                            [(a.dtype, a.shape, a.nbytes) for a in outputs if isinstance(a, np.ndarray)]))
+
+    def _node_events(self) -> list:
+        return [{"cat": "Node", "pid": self._pid, "tid": tid, "dur": self._us(t1) - self._us(t0), "ts": self._us(t0),
+                 "ph": "X", "name": f"{node.name}_kernel_time",
+                 "args": {"op_name": node.op_type, "provider": PROVIDER, "node_index": str(index),
+                          "input_type_shape": [{_type_name(d): list(s)} for d, s in ins],
+                          "output_type_shape": [{_type_name(d): list(s)} for d, s, _ in outs],
+                          "output_size": str(sum(n for _, _, n in outs))}}
+                for node, index, t0, t1, tid, ins, outs in list(self._nodes)]
 
     @property
     def events(self) -> list:
-        return list(self._events)
+        """Every event so far, in time order."""
+        return sorted(self._events + self._node_events(), key=lambda e: e["ts"])
 
     def write(self, folder: Optional[str] = None) -> str:
         """Write the events; returns the file's path.
@@ -99,5 +103,5 @@ class Profiler:
         if folder:
             path = os.path.join(folder, path)
         with open(path, "w") as f:
-            json.dump(self._events, f, separators=(",", ":"))
+            json.dump(self.events, f, separators=(",", ":"))
         return path

@@ -1,7 +1,10 @@
-"""The ``dynashape`` command line: ``demo``, ``run``, ``inspect``, ``plan``.
+"""The ``dynashape`` command line: ``demo``, ``run``, ``inspect``, ``plan``, ``ops``, ``bench``, ``profile``.
 
     dynashape demo
     dynashape run model.onnx --dim batch=4 --shape x=4x3x32x32 --compare-ort
+    dynashape ops --domain com.microsoft
+    dynashape bench model.onnx --dim batch=4 --compare-ort --repeat 50
+    dynashape profile model.onnx --dim batch=4 -o trace.json
 
 One module per subcommand family; each registers its commands on :data:`main`.
 """
@@ -18,7 +21,7 @@ def main() -> None:
     """dynashape: an ONNX runtime for dynamic shapes."""
 
 
-from . import demo, describe, run  # noqa: E402,F401  (registers the subcommands)
+from . import bench, demo, describe, ops, profile, run  # noqa: E402,F401  (registers the subcommands)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import click
 
-from ..errors import DynashapeError
 from . import main
-from .common import feed_options, feeds_from_options
+from .common import cli_errors, feed_options, feeds_from_options
 
 
 @main.command()
@@ -18,10 +17,8 @@ def inspect(model: str, fmt: str) -> None:
     from ..inspect import inspect_session
     from ..session import InferenceSession
 
-    try:
+    with cli_errors(model):
         report = inspect_session(InferenceSession(model))
-    except (DynashapeError, ValueError) as exc:
-        raise click.ClickException(str(exc))
     if fmt == "json":
         click.echo(json.dumps(report, indent=1))
         return
@@ -36,28 +33,52 @@ def inspect(model: str, fmt: str) -> None:
     click.echo(f"{s['fully_symbolic']} of {s['tensors']} tensors fully symbolic, {s['data_dependent']} data-dependent")
 
 
+def _plot_path(ctx, param, value):
+    """--plot callback: the path, when its extension names a supported format."""
+    from ..memreport import plot_format
+
+    if value is not None:
+        try:
+            plot_format(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), ctx=ctx, param=param)
+    return value
+
+
+def _draw(report: dict, plot_path: str, model: str, feeds: dict) -> None:
+    """Write the plot; a missing matplotlib or an unwritable path is a one-line ClickException."""
+    import os
+
+    from ..memreport import plot_plan, plot_title
+
+    inputs = {k: list(getattr(v, "shape", ())) for k, v in feeds.items()}
+    try:
+        plot_plan(report, plot_path, title=plot_title(report, os.path.basename(model), inputs))
+    except ImportError:
+        raise click.ClickException("--plot needs matplotlib (pip install 'dynashape[plot]')")
+    except OSError as exc:
+        raise click.ClickException(f"cannot write the plot to {plot_path}: {exc.strerror or exc}")
+
+
 @main.command()
 @feed_options
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="draw the plan to this PNG (matplotlib)")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), callback=_plot_path,
+              help="draw the plan to this file; .png, .svg or .pdf (matplotlib)")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def plan(model: str, dims, shapes, inputs, allocator: str, plot_path, fmt: str, seed: int) -> None:
     """The memory plan of MODEL for the given input shapes: per-tensor bytes, lifetime and
     offset, and the arena / lower bound / naive totals (without running the model)."""
     import json
 
-    from ..memreport import format_table, plan_report, plot_plan, public
+    from ..memreport import format_table, plan_report, public
     from ..session import InferenceSession
 
-    try:
+    with cli_errors(model):
         sess = InferenceSession(model, allocator=allocator, validate_memory=False)
-        report = plan_report(sess, sess.plan(feeds_from_options(sess, dims, shapes, inputs, seed)))
-    except (DynashapeError, ValueError) as exc:
-        raise click.ClickException(str(exc))
+        feeds = feeds_from_options(sess, dims, shapes, inputs, seed)
+        report = plan_report(sess, sess.plan(feeds))
     if plot_path:
-        try:
-            plot_plan(report, plot_path, title=f"{model}: {report['allocator']} plan")
-        except ImportError:
-            raise click.ClickException("--plot needs matplotlib (pip install 'dynashape[plot]')")
+        _draw(report, plot_path, model, feeds)
     if fmt == "json":
         click.echo(json.dumps(public(report), indent=1))
     else:

@@ -6,47 +6,73 @@ import time
 import click
 import numpy as np
 
-from ..errors import DynashapeError
 from . import main
-from .common import feed_options, feeds_from_options, ort_session
+from .common import cli_errors, feed_options, feeds_from_options, one_line, ort_session
+
+
+def _timed_runs(sess, feeds: dict, repeat: int) -> tuple[list, list[float]]:
+    """The outputs of the last of ``repeat`` runs and each run's time in ms."""
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        outs = sess.run(None, feeds)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return outs, times
+
+
+def _ort_outputs(model: str, feeds: dict):
+    """``(outputs, None)`` of ONNX Runtime on ``feeds``, ``(None, None)`` when it is not
+    installed, ``(None, message)`` when it cannot load or run the model."""
+    try:
+        ort_sess = ort_session(model)
+        return (None, None) if ort_sess is None else (ort_sess.run(None, feeds), None)
+    except Exception as exc:  # noqa: BLE001 - any ONNX Runtime failure becomes one line
+        return None, one_line(exc)
+
+
+def _output_line(name: str, arr: np.ndarray, ref) -> str:
+    """``output NAME: dtype[shape] checksum=...`` and, with ``ref``, the max abs diff to it."""
+    numeric = arr.dtype.kind in "biuf"
+    checksum = float(np.sum(arr.astype(np.float64))) if numeric else float("nan")
+    line = f"output {name}: {arr.dtype}{list(arr.shape)} checksum={checksum:.6g}"
+    if ref is None:
+        return line
+    if ref.shape != arr.shape:
+        return line + f" ORT shape {list(ref.shape)} DIFFERS"
+    if not numeric:
+        return line + (" equal to ORT" if np.array_equal(arr, ref) else " DIFFERS from ORT")
+    diff = float(np.max(np.abs(arr.astype(np.float64) - ref.astype(np.float64)))) if arr.size else 0.0
+    return line + f" max_abs_diff_vs_ort={diff:.3g}"
 
 
 @main.command()
 @feed_options
-@click.option("--repeat", type=int, default=1, show_default=True, help="runs on the same feeds")
-@click.option("--compare-ort", is_flag=True, help="also run ONNX Runtime and print the max abs diff")
+@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True, help="runs on the same feeds")
+@click.option("--compare-ort", is_flag=True,
+              help="also run ONNX Runtime on the same feeds and print each output's max abs diff; if ONNX "
+                   "Runtime cannot load or run the model, dynashape's outputs are printed and the command "
+                   "fails with 'ONNX Runtime failed: ...' (exit code 1)")
 def run(model: str, dims, shapes, inputs, allocator: str, repeat: int, compare_ort: bool, seed: int) -> None:
-    """Run MODEL on given or random feeds and print each output's name, shape, dtype and checksum."""
+    """Run MODEL on given or random feeds and print each input's dtype and shape, then each
+    output's name, dtype, shape and checksum (and, with --compare-ort, its max abs diff to ONNX
+    Runtime), then the median run time.
+
+    Errors (a model that cannot be loaded or run, a feed that does not fit) are one
+    'Error: ...' line and exit code 1; bad options exit with code 2.
+    """
     from ..session import InferenceSession
 
-    try:
+    with cli_errors(model):
         sess = InferenceSession(model, allocator=allocator)
         feeds = feeds_from_options(sess, dims, shapes, inputs, seed)
-        times = []
-        for _ in range(max(1, repeat)):
-            t0 = time.perf_counter()
-            outs = sess.run(None, feeds)
-            times.append((time.perf_counter() - t0) * 1e3)
-    except (DynashapeError, ValueError) as exc:
-        raise click.ClickException(str(exc))
+        outs, times = _timed_runs(sess, feeds, repeat)
     for name, arr in feeds.items():
         click.echo(f"input  {name}: {arr.dtype}{list(arr.shape)}")
-    ref = None
-    if compare_ort:
-        ort_sess = ort_session(open(model, "rb").read())
-        if ort_sess is None:
-            click.echo("onnxruntime is not installed: --compare-ort skipped")
-        else:
-            ref = ort_sess.run(None, feeds)
+    ref, ort_error = _ort_outputs(model, feeds) if compare_ort else (None, None)
+    if compare_ort and ref is None and ort_error is None:
+        click.echo("onnxruntime is not installed: --compare-ort skipped")
     for i, (o, arr) in enumerate(zip(sess.get_outputs(), outs)):
-        checksum = float(np.sum(arr.astype(np.float64))) if arr.dtype.kind in "biuf" else float("nan")
-        line = f"output {o.name}: {arr.dtype}{list(arr.shape)} checksum={checksum:.6g}"
-        if ref is not None:
-            r = ref[i]
-            if r.shape != arr.shape:
-                line += f" ORT shape {list(r.shape)} DIFFERS"
-            else:
-                diff = float(np.max(np.abs(arr.astype(np.float64) - r.astype(np.float64)))) if arr.size else 0.0
-                line += f" max_abs_diff_vs_ort={diff:.3g}"
-        click.echo(line)
+        click.echo(_output_line(o.name, arr, None if ref is None else ref[i]))
     click.echo(f"median run time: {float(np.median(times)):.3f} ms over {len(times)} run(s)")
+    if ort_error is not None:
+        raise click.ClickException(f"ONNX Runtime failed: {ort_error}")

@@ -89,3 +89,95 @@ def test_plan_of_a_zoo_model(tmp_path):
 def test_plan_reports_bad_dims(model_path):
     result = CliRunner().invoke(main, ["plan", model_path, "--dim", "batch"])
     assert result.exit_code != 0 and "NAME=VALUE" in result.output
+
+
+@pytest.mark.parametrize("ext, magic", [("png", b"\x89PNG\r\n\x1a\n"), ("svg", b"<?xml"), ("pdf", b"%PDF-")])
+def test_plan_plot_format_follows_the_extension(model_path, tmp_path, ext, magic):
+    pytest.importorskip("matplotlib")
+    out_file = tmp_path / f"plan.{ext.upper() if ext == 'pdf' else ext}"
+    code, out = _invoke("plan", model_path, "--dim", "batch=4", "--plot", str(out_file))
+    assert code == 0, out
+    data = out_file.read_bytes()
+    assert data.startswith(magic)
+    if ext == "svg":
+        assert b"<svg" in data[:1000]
+
+
+def _one_error_line(args):
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1, result.output
+    return result.exit_code, errors[0]
+
+
+def test_plan_plot_bad_extension_and_unwritable_path(model_path, tmp_path):
+    pytest.importorskip("matplotlib")
+    code, line = _one_error_line(["plan", model_path, "--dim", "batch=4", "--plot", str(tmp_path / "plan.jpg")])
+    assert code == 2 and "'--plot'" in line and ".png, .svg or .pdf" in line and "plan.jpg" in line
+    code, line = _one_error_line(["plan", model_path, "--dim", "batch=4", "--plot", str(tmp_path / "plan")])
+    assert code == 2 and "'--plot'" in line
+    code, line = _one_error_line(["plan", model_path, "--dim", "batch=4", "--plot", "/nonexistent/dir/p.png"])
+    assert code == 1 and line.startswith("Error: cannot write the plot to /nonexistent/dir/p.png")
+    assert list(tmp_path.glob("plan*")) == []
+
+
+def _report(model_path, allocator="pool", batch=8):
+    from dynashape.memreport import plan_report
+    from dynashape.session import InferenceSession
+
+    sess = InferenceSession(model_path, allocator=allocator, validate_memory=False)
+    return plan_report(sess, sess.plan({"x": np.zeros((batch, 16), np.float32)}))
+
+
+def test_plot_axis_legend_labels_and_title(model_path, tmp_path):
+    pytest.importorskip("matplotlib")
+    from dynashape.memreport import plot_plan, plot_title
+
+    report = _report(model_path)
+    title = plot_title(report, "m.onnx", {"x": [8, 16]})
+    assert title == "m.onnx: pool plan for x[8, 16]\narena 1.50 KiB, lower bound 1.50 KiB, naive 2.50 KiB"
+    fig = plot_plan(report, str(tmp_path / "p.svg"), title=title)
+    ax = fig.axes[0]
+    assert ax.get_ylabel() == "arena offset (MiB)" and ax.get_xlabel() == "execution step"
+    assert ax.get_title() == title
+    # the y axis is in MiB, plain numbers without an offset / x1e-3 multiplier
+    assert ax.get_ylim()[1] == pytest.approx(1.05 * 1536 / 2**20)
+    assert ax.yaxis.get_offset_text().get_text() == ""
+    assert all("e" not in t.get_text() for t in ax.get_yticklabels())
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "tensor", "in place", "view", "arena 1.50 KiB", "lower bound 1.50 KiB"]
+    # every non-view tensor is named on its rectangle (v, a view of b, is not)
+    assert sorted(t.get_text() for t in ax.texts) == ["a", "b", "c"]
+
+
+def test_plot_names_only_the_largest_and_legends_only_present_kinds(model_path, tmp_path):
+    pytest.importorskip("matplotlib")
+    from dynashape.memreport import largest_tensors, plot_plan
+
+    report = _report(model_path, batch=4)
+    # rectangles: a 256 B x 2 steps, b and c 512 B x 2 steps
+    assert [t["name"] for t in largest_tensors(report, 2)] == ["b", "c"]
+    fig = plot_plan(report, str(tmp_path / "p.png"), n_labels=2)
+    assert sorted(t.get_text() for t in fig.axes[0].texts) == ["b", "c"]
+    assert "pool plan for" not in fig.axes[0].get_title() and "arena 768 B" in fig.axes[0].get_title()
+    naive = _report(model_path, allocator="naive", batch=4)
+    fig = plot_plan(naive, str(tmp_path / "n.pdf"))
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["tensor", "view"]
+    assert ax.get_ylabel() == "MiB (one buffer per tensor)"
+    assert (tmp_path / "n.pdf").read_bytes()[:5] == b"%PDF-"
+
+
+def test_plan_plot_title_names_the_input_shapes(model_path, tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    import dynashape.memreport as memreport
+
+    titles = []
+    real = memreport.plot_plan
+    monkeypatch.setattr(memreport, "plot_plan", lambda report, path, title=None: titles.append(title)
+                        or real(report, path, title=title))
+    code, out = _invoke("plan", model_path, "--shape", "x=3x16", "--plot", str(tmp_path / "p.png"))
+    assert code == 0, out
+    assert titles == ["m.onnx: pool plan for x[3, 16]\narena 576 B, lower bound 576 B, naive 960 B"]
