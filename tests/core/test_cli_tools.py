@@ -164,11 +164,11 @@ def _value(out: str, pattern: str) -> tuple[float, ...]:
 def test_bench_prints_median_spread_ratio_and_new_shape_costs(tiny):
     path, idx = tiny
     code, out = _invoke("bench", path, "--dim", "batch=3", "--input", idx, "--repeat", "7", "--warmup", "1",
-                        "--compare-ort")
+                        "--threads", "2", "--compare-ort")
     assert code == 0, out
     assert "inputs:          x float32[3, 4], idx int64[3]" in out
     med, p10, p90 = _value(out, r"^dynashape: +median ([\d.]+) ms  p10 ([\d.]+) ms  p90 ([\d.]+) ms  "
-                                r"\(7 runs after 1 warm-up\)$")
+                                r"\(7 runs after 1 warm-up, 2 thread\(s\)\)$")
     assert 0 < p10 <= med <= p90
     ort_med, ort_p10, ort_p90 = _value(out, r"^onnxruntime: +median ([\d.]+) ms  p10 ([\d.]+) ms  p90 ([\d.]+) ms")
     assert 0 < ort_p10 <= ort_med <= ort_p90
