@@ -1,7 +1,8 @@
 """Import: an ONNX model (path, bytes or ModelProto) as a :class:`Graph` of plain objects.
 
 Each input dim keeps its kind (ONNX IR.md "Tensor shapes"): fixed (``dim_value``),
-symbolic (``dim_param``) or unknown (neither). Graph inputs that are also initializers
+symbolic (``dim_param``) or unknown (neither, or a ``dim_value`` <= 0: exporters such as
+Paddle2ONNX write -1 for a free dim, and onnxruntime reads it as unknown). Graph inputs that are also initializers
 are not model inputs (IR.md: they are defaults that may be overridden; we treat them as
 constants, as ONNX Runtime does for models with ``ir_version >= 4``).
 """
@@ -134,7 +135,7 @@ def _dims(tt) -> Optional[tuple[DimSpec, ...]]:
         return None
     out = []
     for d in tt.shape.dim:
-        if d.HasField("dim_value"):
+        if d.HasField("dim_value") and d.dim_value > 0:
             out.append(DimSpec(FIXED, int(d.dim_value)))
         elif d.dim_param:
             out.append(DimSpec(SYMBOLIC, d.dim_param))

@@ -1,7 +1,9 @@
 """The builtin operators, registered through the same pluggy hooks as any third-party plugin.
 
 One module per op family (``shape_ops``, ``tensor_ops``, ``elementwise``, ``activations``,
-``reduction``, ``linalg``, ``nn``, ``resize``, ``rnn``, ``control_flow``); each holds an
+``reduction``, ``linalg``, ``nn``, ``resize``, ``rnn``, ``control_flow``, ``quantization``,
+``attention``, ``normalization``, ``loss``, ``detection``, ``image``, ``sequence``,
+``signal``, ``text``, ``ml``, ``training``, ``random``); each holds an
 :class:`~dynashape.records.OpLibrary` named ``lib``. Find an op by its ONNX name there.
 """
 from __future__ import annotations
@@ -11,7 +13,8 @@ import importlib
 from dynashape.hookspecs import hookimpl
 
 FAMILIES = ("shape_ops", "tensor_ops", "elementwise", "activations", "reduction", "linalg",
-            "nn", "resize", "rnn", "control_flow")
+            "nn", "resize", "rnn", "control_flow", "quantization", "attention", "normalization", "loss",
+            "detection", "image", "sequence", "signal", "text", "ml", "training", "random")
 
 
 def _libraries():

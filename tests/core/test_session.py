@@ -192,3 +192,20 @@ def test_trim_releases_the_arena():
     assert sess.arena_bytes == 0
     (y,) = sess.run(None, {"x": np.ones((2, 16), np.float32)})
     np.testing.assert_array_equal(y, -np.ones((2, 16), np.float32) * 0)
+
+
+def test_a_dim_value_of_minus_one_is_an_unknown_dim():
+    """Paddle2ONNX exports (PaddleOCR's ch_ppocr_mobile_v2.0_cls_infer.onnx) declare a free
+    batch dim as ``dim_value: -1``; onnxruntime reads it as unknown, and so does dynashape."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "paddle_like",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, 0])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [-1, 3, 0])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    sess = dynashape.InferenceSession(model)
+    assert sess.get_inputs()[0].shape == [None, 3, None]
+    for batch, width in ((1, 2), (4, 5)):
+        x = np.linspace(-1, 1, batch * 3 * width, dtype=np.float32).reshape(batch, 3, width)
+        (y,) = sess.run(None, {"x": x})
+        np.testing.assert_array_equal(y, np.maximum(x, 0))
