@@ -1,7 +1,9 @@
-"""com.microsoft GELU contrib ops as a dynashape plugin.
+"""com.microsoft contrib ops of ONNX Runtime's transformer optimizer as a dynashape plugin.
 
 Source: ONNX Runtime contrib op docs (docs/ContribOperators.md): ``Gelu``, ``FastGelu``
-(tanh approximation, optional bias) and ``BiasGelu`` (``Gelu(A + B)``).
+(tanh approximation, optional bias) and ``BiasGelu`` (``Gelu(A + B)``) here;
+``EmbedLayerNormalization`` and ``SkipLayerNormalization`` in :mod:`.layernorm`;
+``Attention`` in :mod:`.attention`.
 """
 from __future__ import annotations
 
@@ -53,6 +55,12 @@ def _fast_gelu(inputs, outputs, ctx):
     inner = _SQRT_2_OVER_PI * (x + np.float32(0.044715) * x * x * x)
     np.copyto(outputs[0], 0.5 * x * (1.0 + np.tanh(inner)), casting="unsafe")
 
+
+from . import attention as _attention, layernorm as _layernorm  # noqa: E402
+
+for _family in (_layernorm.lib, _attention.lib):
+    lib.ops.extend(_family.ops)
+    lib.kernels.extend(_family.kernels)
 
 #: the object the entry point ``dynashape_example:plugin`` names
 plugin = lib.plugin()
