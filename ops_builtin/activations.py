@@ -1,11 +1,13 @@
 """Activation functions: Relu, Sigmoid, HardSigmoid, HardSwish, LeakyRelu, Elu, Selu, Celu,
-Softplus, Softsign, Mish, Gelu, PRelu, ThresholdedRelu.
+Softplus, Softsign, Mish, Gelu, PRelu, ThresholdedRelu, Swish, Shrink.
 
 All are elementwise with the output shaped like X. Attributes are read in ``prepare``;
 float16, bfloat16 and float8 inputs are computed in float32 (the kernels of priority 1
 registered through :func:`dynashape.ops_builtin.elementwise.register_kernels`).
 
-Source: ONNX operator spec (onnx/docs/Operators.md), e.g. Gelu-20, PRelu-16, Celu-12.
+Source: ONNX operator spec (onnx/docs/Operators.md), e.g. Gelu-20, PRelu-16, Celu-12,
+Swish-24 (x * sigmoid(alpha * x)), Shrink-9 (x + bias below -lambd, x - bias above lambd,
+else 0; integer inputs are computed in float64 and truncated back, as onnxruntime does).
 """
 from __future__ import annotations
 
@@ -173,6 +175,25 @@ def _gelu(args, out, use_tanh):
     np.multiply(x, t, out=out)
 
 
+def _swish(args, out, prep):
+    """x * sigmoid(alpha * x) = x / (1 + exp(-alpha * x)); ``out`` may alias x."""
+    x, (alpha,) = args[0], prep
+    t = np.multiply(x, -alpha, dtype=out.dtype)
+    np.exp(t, out=t)
+    t += 1
+    np.divide(x, t, out=out)
+
+
+def _shrink(args, out, prep):
+    """x + bias where x < -lambd, x - bias where x > lambd, else 0."""
+    x, (bias, lambd) = args[0], prep
+    if x.dtype.kind in "iu":
+        x = x.astype(np.float64)
+    res = np.where(x < -lambd, x + bias, 0)
+    np.copyto(res, x - bias, where=x > lambd, casting="unsafe")
+    np.copyto(out, res, casting="unsafe")
+
+
 def _thresholded_relu(args, out, prep):
     x, (alpha,) = args[0], prep
     np.copyto(out, np.where(x > alpha, x, 0))
@@ -195,6 +216,8 @@ _activation("Softplus", (1, 22), _softplus)
 _activation("Softsign", (1, 22), _softsign)
 _activation("Mish", (18, 22), _mish)
 _activation("ThresholdedRelu", (10, 22), _thresholded_relu, prepare=_attrs(alpha=1.0))
+_activation("Swish", 24, _swish, prepare=_attrs(alpha=1.0))
+_activation("Shrink", 9, _shrink, kind="numeric", prepare=_attrs(bias=0.0, lambd=0.5))
 
 lib.op("Gelu", 20, infer_dtype=same_dtype(0))(_gelu_shape)
 register_kernels(lib, "Gelu", _gelu, prepare=_gelu_prepare, may_inplace=((0, 0),))

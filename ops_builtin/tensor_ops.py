@@ -1,7 +1,8 @@
 """Tensor data-movement operators: joining, splitting, slicing, indexing, scattering, layout.
 
 Concat, Split, Slice, Gather, GatherElements, GatherND, ScatterElements, Scatter, ScatterND,
-Transpose, Tile, Pad, DepthToSpace, SpaceToDepth, OneHot, Trilu, Where, NonZero, TopK, CumSum.
+Transpose, Tile, Pad, DepthToSpace, SpaceToDepth, OneHot, Trilu, Where, NonZero, TopK, CumSum,
+CumProd, BitCast, Unique, Compress, EyeLike, ReverseSequence.
 
 Gather, Slice and Concat are the ops of shape arithmetic (``Shape -> Gather -> Unsqueeze ->
 Concat -> Reshape``), so they propagate symbolic values (object arrays of ints and
@@ -13,7 +14,8 @@ import numpy as np
 from dynashape.dtypes import is_float
 from dynashape.errors import ShapeInferenceError
 from dynashape.records import InferContext, OpLibrary, fixed_dtype, same_dtype
-from dynashape.shapes import broadcast_shapes, dim_max, dim_min, normalize_axes, normalize_axis, value_list
+from dynashape.shapes import (broadcast_shapes, check_dims_equal, dim_max, dim_min, normalize_axes, normalize_axis,
+                              numel, value_list)
 from dynashape.symbolic import Expr, is_nonneg
 
 lib = OpLibrary()
@@ -1207,3 +1209,351 @@ def _cumsum(inputs, outputs, ctx):
     if reverse:
         res = np.flip(res, axis)
     np.copyto(out, res, casting="unsafe")
+
+
+# CumProd -------------------------------------------------------------------------------
+
+def _cumprod_value(ctx):
+    """CumProd of host-known values, symbolic dims included (a product of Shape entries)."""
+    x, axis = ctx.value(0), _scalar_int(ctx, 1, "axis")
+    if x is None or axis is None:
+        return [None]
+    x = np.asarray(x).astype(object)
+    axis = normalize_axis(ctx, axis, x.ndim)
+    if ctx.attr("reverse", 0):
+        x = np.flip(x, axis)
+    res = np.multiply.accumulate(x, axis=axis) if x.size else x.copy()
+    if ctx.attr("exclusive", 0) and x.size:
+        lead = (slice(None),) * axis
+        res = np.concatenate([np.ones_like(res[lead + (slice(0, 1),)]), res[lead + (slice(None, -1),)]], axis=axis)
+    if ctx.attr("reverse", 0):
+        res = np.flip(res, axis)
+    return [res]
+
+
+@lib.op("CumProd", since_version=26, infer_dtype=same_dtype(0), propagate_value=_cumprod_value)
+def _cumprod_shape(ctx):
+    """CumProd: cumulative product along the ``axis`` input; ``exclusive`` (the j-th output is
+    the product of the first j - 1 elements, 1 first) and ``reverse`` attributes.
+
+    Output has the input's shape and dtype; symbolic values propagate. Raises
+    AxisOutOfRange, InvalidScalarInput. Source: ONNX operator spec, CumProd-26.
+    """
+    shape = ctx.shape(0)
+    axis = _scalar_int(ctx, 1, "axis")
+    if axis is not None:
+        normalize_axis(ctx, axis, len(shape))
+    return [tuple(shape)]
+
+
+def _cumprod_prepare(ctx):
+    return bool(ctx.attr("reverse", 0)), bool(ctx.attr("exclusive", 0)), _compute_dtype(ctx.dtype(0)), ctx
+
+
+@lib.kernel("CumProd", prepare=_cumprod_prepare)
+def _cumprod(inputs, outputs, prepared):
+    """CumProd: np.cumprod into (flipped views of) the output; exclusive writes 1 first and
+    the products of all but the last element after it. 16-bit floats compute in float32."""
+    reverse, exclusive, cdt, ctx = prepared
+    x, out = inputs[0], outputs[0]
+    axis = normalize_axis(ctx, int(np.asarray(inputs[1]).reshape(-1)[0]), x.ndim)
+    work = out if out.dtype == cdt else np.empty(out.shape, cdt)
+    src, dst = (np.flip(x, axis), np.flip(work, axis)) if reverse else (x, work)
+    if exclusive:
+        lead = (slice(None),) * axis
+        dst[lead + (slice(0, 1),)] = 1
+        np.cumprod(src[lead + (slice(None, -1),)], axis=axis, dtype=cdt, out=dst[lead + (slice(1, None),)])
+    else:
+        np.cumprod(src, axis=axis, dtype=cdt, out=dst)
+    if work is not out:
+        np.copyto(out, work, casting="unsafe")
+
+
+# BitCast -------------------------------------------------------------------------------
+
+def _bit_width(dt: np.dtype) -> int:
+    """Bits per element: 4 for int4/uint4/float4 and 2 for int2/uint2 (ml_dtypes keep each
+    in the low bits of a byte), else the itemsize."""
+    name = np.dtype(dt).name
+    if name in ("int4", "uint4") or name.startswith("float4"):
+        return 4
+    if name in ("int2", "uint2"):
+        return 2
+    return np.dtype(dt).itemsize * 8
+
+
+def _bitcast_dtype(ctx) -> np.dtype:
+    from dynashape.dtypes import np_dtype
+
+    to = ctx.attr("to")
+    if to is None:
+        ctx.fail("attribute 'to' is required", kind="MissingAttribute")
+    try:
+        dt = np_dtype(int(to))
+    except TypeError:
+        ctx.fail(f"'to' = {to} is not an ONNX element type", kind="InvalidAttribute")
+    if dt.kind in "OUS":
+        ctx.fail("'to' must not be string: BitCast reinterprets fixed-width elements", kind="InvalidAttribute")
+    return dt
+
+
+@lib.op("BitCast", since_version=26, infer_dtype=lambda ctx: [_bitcast_dtype(ctx)], aliases=((0, 0),))
+def _bitcast_shape(ctx):
+    """BitCast: reinterpret the bits of each element as type ``to`` (same bit width).
+
+    Output has the input's shape. Raises MissingAttribute, InvalidAttribute (string),
+    BitWidthMismatch. Source: ONNX operator spec, BitCast-26.
+    """
+    to, src = _bitcast_dtype(ctx), ctx.dtype(0)
+    if src is not None:
+        if np.dtype(src).kind in "OUS":
+            ctx.fail("the input must not be string: BitCast reinterprets fixed-width elements",
+                     kind="UnsupportedDtype")
+        if _bit_width(src) != _bit_width(to):
+            ctx.fail(f"input type {np.dtype(src).name} has {_bit_width(src)} bits but 'to' type {to.name} has "
+                     f"{_bit_width(to)}; BitCast needs equal bit widths", kind="BitWidthMismatch")
+    return [tuple(ctx.shape(0))]
+
+
+@lib.kernel("BitCast", prepare=_bitcast_dtype)
+def _bitcast(inputs, outputs, to):
+    """BitCast: a view of the input's bytes (numpy is little-endian here, as the spec asks)."""
+    return [inputs[0].view(to)]
+
+
+# Unique --------------------------------------------------------------------------------
+
+def _unique_axis(ctx, rank: int):
+    axis = ctx.attr("axis")
+    return None if axis is None else normalize_axis(ctx, axis, rank)
+
+
+@lib.op("Unique", since_version=(11, 28), data_dependent=True,
+        infer_dtype=lambda ctx: [ctx.dtype(0)] + [np.dtype(np.int64)] * 3)
+def _unique_shape(ctx):
+    """Unique: the unique elements (or slices along ``axis``), sorted (``sorted=1``, the
+    default) or in order of first occurrence; optional outputs indices (first occurrence),
+    inverse_indices and counts (int64).
+
+    The number of unique values depends on data (a fresh dim); inverse_indices has one entry
+    per element (per slice with ``axis``). Raises AxisOutOfRange, InvalidAttribute.
+    Source: ONNX operator spec, Unique-11 (-28: more types).
+    """
+    shape = ctx.shape(0)
+    if ctx.attr("sorted", 1) not in (0, 1):
+        ctx.fail(f"sorted is {ctx.attr('sorted')}, expected 0 or 1", kind="InvalidAttribute")
+    axis = _unique_axis(ctx, len(shape))
+    u = ctx.new_dim()
+    if axis is None:
+        y, n = (u,), numel(shape)
+    else:
+        y, n = tuple(shape[:axis]) + (u,) + tuple(shape[axis + 1:]), shape[axis]
+    return [y, (u,), (n,), (u,)]
+
+
+def _unique_prepare(ctx):
+    return _unique_axis(ctx, len(ctx.shape(0))), bool(ctx.attr("sorted", 1))
+
+
+@lib.kernel("Unique", prepare=_unique_prepare)
+def _unique(inputs, outputs, prepared):
+    """Unique: np.unique (sorted); unsorted reorders by first occurrence. With ``axis`` on
+    object or ml_dtypes types, the slices are compared through the integer codes of their
+    elements (codes keep the order, so the result is the same)."""
+    axis, is_sorted = prepared
+    x = inputs[0]
+    if axis is None:
+        y, first, inverse, counts = np.unique(x.reshape(-1), return_index=True, return_inverse=True,
+                                              return_counts=True)
+    else:
+        key = x
+        if x.dtype.kind in "OV":
+            key = np.unique(x.reshape(-1), return_inverse=True)[1].reshape(x.shape)
+        _, first, inverse, counts = np.unique(key, return_index=True, return_inverse=True,
+                                              return_counts=True, axis=axis)
+        y = np.take(x, first, axis=axis)
+    inverse = inverse.reshape(-1)
+    if not is_sorted:
+        order = np.argsort(first, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.size)
+        first, counts, inverse = first[order], counts[order], rank[inverse]
+        y = np.take(x.reshape(-1), first) if axis is None else np.take(x, first, axis=axis)
+    res = [y, first.astype(np.int64, copy=False), inverse.astype(np.int64, copy=False),
+           counts.astype(np.int64, copy=False)]
+    return res[:len(outputs)]
+
+
+# Compress ------------------------------------------------------------------------------
+
+def _compress_axis(ctx, rank: int):
+    axis = ctx.attr("axis")
+    return None if axis is None else normalize_axis(ctx, axis, rank)
+
+
+def _compress_count(ctx, dim):
+    """Number of true entries of a host-known condition read up to ``dim`` (None: unknown).
+    A symbolic ``dim`` is assumed to cover the condition (a guard every signature checks)."""
+    value = ctx.value(1)
+    if value is None or np.asarray(value).dtype == object:
+        return None
+    cond = np.asarray(value).reshape(-1)
+    if isinstance(dim, int):
+        return int(np.count_nonzero(cond[:dim]))
+    ctx.assume(dim, ">=", cond.size)
+    return int(np.count_nonzero(cond))
+
+
+def _compress_value(ctx):
+    data, cond = ctx.value(0), ctx.value(1)
+    if data is None or cond is None or np.asarray(cond).dtype == object:
+        return [None]
+    data = np.asarray(data)
+    axis = _compress_axis(ctx, data.ndim)
+    flat = data.reshape(-1) if axis is None else data
+    ax = 0 if axis is None else axis
+    idx = np.flatnonzero(np.asarray(cond, dtype=bool).reshape(-1)[:flat.shape[ax]])
+    return [np.take(flat, idx, axis=ax)]
+
+
+@lib.op("Compress", since_version=(9, 11, 28), infer_dtype=same_dtype(0), value_inputs=(1,),
+        propagate_value=_compress_value)
+def _compress_shape(ctx):
+    """Compress: the slices along ``axis`` (elements of the flattened input when no axis)
+    whose ``condition`` entry is true. A condition shorter than the axis drops the rest; a
+    longer one is read only up to the axis length (as onnxruntime).
+
+    The output length is the number of true entries: known when the condition is (on a
+    symbolic axis, assuming the axis is at least as long as the condition), else a fresh
+    dim (data-dependent). Propagates symbolic values (a compressed Shape). Raises
+    InvalidRank (condition not 1-D), AxisOutOfRange, UnsupportedDtype.
+    Source: ONNX operator spec, Compress-11 (-9: the same, negative axis unspecified; -28:
+    more types).
+    """
+    shape, cond = ctx.shape(0), ctx.shape(1)
+    if cond is not None and len(cond) != 1:
+        ctx.fail(f"condition must be 1-D, got rank {len(cond)}", kind="InvalidRank")
+    if ctx.dtype(1) is not None and ctx.dtype(1) != np.bool_:
+        ctx.fail(f"condition has element type {ctx.dtype(1)}, expected bool", kind="UnsupportedDtype")
+    axis = _compress_axis(ctx, len(shape))
+    count = _compress_count(ctx, numel(shape) if axis is None else shape[axis])
+    if count is None:
+        count = ctx.new_dim()
+    if axis is None:
+        return [(count,)]
+    return [tuple(shape[:axis]) + (count,) + tuple(shape[axis + 1:])]
+
+
+def _compress_prepare(ctx):
+    return _compress_axis(ctx, len(ctx.shape(0)))
+
+
+@lib.kernel("Compress", prepare=_compress_prepare)
+def _compress(inputs, outputs, axis):
+    """Compress: np.take of the true positions (into the output when it is planned)."""
+    x, cond = inputs
+    data = x.reshape(-1) if axis is None else x
+    dim = data.shape[0 if axis is None else axis]
+    idx = np.flatnonzero(cond.reshape(-1)[:dim])
+    ax = 0 if axis is None else axis
+    out = outputs[0]
+    if out is None or out.shape[ax] != idx.size:
+        return [np.take(data, idx, axis=ax)]
+    if out.size:
+        np.take(data, idx, axis=ax, out=out)
+    return None
+
+
+# EyeLike -------------------------------------------------------------------------------
+
+def _eyelike_dtype(ctx):
+    dt = ctx.attr("dtype")
+    if dt is None or int(dt) == 0:
+        return [ctx.dtype(0) if ctx.dtype(0) is not None else np.dtype(np.float32)]
+    from dynashape.dtypes import np_dtype
+    try:
+        out = np_dtype(int(dt))
+    except TypeError:
+        ctx.fail(f"dtype {dt} is not an ONNX element type", kind="InvalidAttribute")
+    return [out]
+
+
+@lib.op("EyeLike", since_version=(9, 22), infer_dtype=_eyelike_dtype, shape_only_inputs=(0,))
+def _eyelike_shape(ctx):
+    """EyeLike: a 2-D tensor shaped like the input with ones on diagonal ``k`` (T2[i, i+k]),
+    zeros elsewhere; type attribute ``dtype`` or the input's.
+
+    Raises InvalidRank (input not 2-D), InvalidAttribute (string output).
+    Source: ONNX operator spec, EyeLike-22 (-9: the same without bfloat16).
+    """
+    shape = ctx.shape(0)
+    if len(shape) != 2:
+        ctx.fail(f"input must be 2-D, got rank {len(shape)}", kind="InvalidRank")
+    if _eyelike_dtype(ctx)[0].kind in "OUS":
+        ctx.fail("the output type must be numeric or bool, not string", kind="InvalidAttribute")
+    return [tuple(shape)]
+
+
+@lib.kernel("EyeLike", prepare=lambda ctx: int(ctx.attr("k", 0)), reads=())
+def _eyelike(inputs, outputs, k):
+    """EyeLike: zeros, then one fancy-indexed write of the diagonal."""
+    out = outputs[0]
+    out.fill(0)
+    n, m = out.shape
+    i = np.arange(max(0, -k), max(min(n, m - k), 0))
+    out[i, i + k] = 1
+
+
+# ReverseSequence -----------------------------------------------------------------------
+
+def _reverse_axes(ctx):
+    b, t = int(ctx.attr("batch_axis", 1)), int(ctx.attr("time_axis", 0))
+    if b not in (0, 1) or t not in (0, 1) or b == t:
+        ctx.fail(f"batch_axis {b} and time_axis {t} must be 0 and 1 in some order", kind="InvalidAttribute")
+    return b, t
+
+
+@lib.op("ReverseSequence", since_version=(10, 28), infer_dtype=same_dtype(0))
+def _reverse_sequence_shape(ctx):
+    """ReverseSequence: for each batch entry i reverse the first sequence_lens[i] steps along
+    the time axis; later steps are copied.
+
+    input rank >= 2, batch_axis/time_axis 0 and 1 in some order, sequence_lens (batch,)
+    int64. Raises InvalidRank, InvalidAttribute, DimMismatch; at run time
+    InvalidSequenceLength (outside [0, time dim]). Source: ONNX operator spec,
+    ReverseSequence-10 (-28: more types).
+    """
+    shape, lens = ctx.shape(0), ctx.shape(1)
+    if len(shape) < 2:
+        ctx.fail(f"input must have rank >= 2, got rank {len(shape)}", kind="InvalidRank")
+    batch_axis, _ = _reverse_axes(ctx)
+    if len(lens) != 1:
+        ctx.fail(f"sequence_lens must be 1-D, got rank {len(lens)}", kind="InvalidRank")
+    if ctx.dtype(1) is not None and ctx.dtype(1).kind not in "iu":
+        ctx.fail(f"sequence_lens has element type {ctx.dtype(1)}, expected int64", kind="UnsupportedDtype")
+    check_dims_equal(ctx, lens[0], shape[batch_axis], f"sequence_lens length and the batch dim (axis {batch_axis})")
+    return [tuple(shape)]
+
+
+def _reverse_sequence_prepare(ctx):
+    b, t = _reverse_axes(ctx)
+    return t, ctx.node.name
+
+
+@lib.kernel("ReverseSequence", prepare=_reverse_sequence_prepare)
+def _reverse_sequence(inputs, outputs, prepared):
+    """ReverseSequence: one (B, T) source-index table, gathered with take_along_axis."""
+    time_axis, node = prepared
+    x, lens = inputs[0], inputs[1].astype(np.int64, copy=False).reshape(-1)
+    steps = x.shape[time_axis]
+    bad = (lens < 0) | (lens > steps)
+    if bad.any():
+        raise ShapeInferenceError(
+            f"ReverseSequence node '{node}': sequence length {int(lens[bad][0])} is out of range (valid: "
+            f"[0, {steps}], the time dim)", node=node, op_type="ReverseSequence", kind="InvalidSequenceLength")
+    t = np.arange(steps, dtype=np.int64)[None, :]
+    src = np.where(t < lens[:, None], lens[:, None] - 1 - t, t)          # (B, T)
+    if time_axis == 0:
+        src = src.T
+    src = src.reshape(src.shape + (1,) * (x.ndim - 2))
+    np.copyto(outputs[0], np.take_along_axis(x, src, axis=time_axis))

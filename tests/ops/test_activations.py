@@ -158,3 +158,46 @@ def test_dtype_errors_and_symbolic_shape():
     op = get_registry().resolve_op("", "Gelu", 20)
     assert op.infer_shape(ctx) == [(n, 768)]
     assert op.infer_dtype(ctx) == [np.dtype(np.float32)]
+
+
+# Swish, Shrink --------------------------------------------------------------------------
+
+def test_swish_shrink_registered_versions():
+    reg = get_registry()
+    assert [d.since_version for d in reg.schemas("", "Swish")] == [24]
+    assert [d.since_version for d in reg.schemas("", "Shrink")] == [9]
+
+
+@pytest.mark.parametrize("allocator", ["pool", "naive"])
+@pytest.mark.parametrize("op,attrs,opset", [("Swish", {}, 24), ("Swish", {"alpha": -1.7}, 24),
+                                            ("Shrink", {}, 9), ("Shrink", {"lambd": 1.0, "bias": 0.25}, 9)])
+def test_swish_shrink_symbolic_match_ort(op, attrs, opset, allocator):
+    runs = [{"in0": f32(*s)} for s in [(2, 5), (1, 1), (4, 0), (3, 7)]]
+    model, _ = one_node_model(op, [runs[0]["in0"]], attrs, opset, dims=[["N", "M"]])
+    sess = assert_runs_match_ort(model, runs, allocator)
+    assert sess.get_outputs()[0].shape == ["N", "M"]
+
+
+def test_swish_values_and_dtypes():
+    x = np.float32([-200.0, -1.0, 0.0, 2.0, 200.0])
+    (y,) = run_node("Swish", [x], {"alpha": 0.5}, opset=24)
+    np.testing.assert_allclose(y, x / (1 + np.exp(-0.5 * x.astype(np.float64))), rtol=1e-6, atol=1e-30)
+    check("Swish", [f32(3, 4).astype(np.float64)], {"alpha": 2.0}, opset=24, rtol=1e-12)
+    for dt in (np.float16, BF16):
+        (y,) = run_node("Swish", [x.astype(dt)], opset=24)
+        assert y.dtype == np.dtype(dt)
+        np.testing.assert_allclose(y.astype(np.float32)[1:4], [-0.268941, 0.0, 1.761594], rtol=1e-2)
+    with pytest.raises(dynashape.ShapeInferenceError, match="floating-point"):
+        run_node("Swish", [np.int32([1])], opset=24)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64, np.uint8, np.float16, np.float64])
+def test_shrink_dtypes_match_ort(dtype):
+    x = (np.arange(-6, 6) if np.dtype(dtype).kind != "u" else np.arange(0, 12)).astype(dtype)
+    model, feeds = one_node_model("Shrink", [x], {"lambd": 1.5, "bias": 1.5}, 9)
+    sess = assert_runs_match_ort(model, [feeds])
+    assert sess.run(None, feeds)[0].dtype == np.dtype(dtype)
+    (y,) = run_node("Shrink", [np.int32([-5, -1, 0, 1, 5])], {"lambd": 1.5, "bias": 1.5}, opset=9)
+    assert y.tolist() == [-3, 0, 0, 0, 3]           # -5 + 1.5 = -3.5 truncates to -3, as onnxruntime
+    with pytest.raises(dynashape.ShapeInferenceError, match="numeric"):
+        run_node("Shrink", [np.array([True])], opset=9)

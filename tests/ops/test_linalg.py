@@ -19,6 +19,13 @@ from onnx.reference import ReferenceEvaluator
 RNG = np.random.default_rng(1)
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
+#: onnxruntime < 1.32 rejects MatMul batch dims 0 vs 1 ("cannot broadcast on dim 0") instead of
+#: broadcasting them to 0: https://github.com/microsoft/onnxruntime/pull/25663
+ORT_MATMUL_ZERO_BROADCAST_FIXED = (1, 32)
+#: onnxruntime < 1.25 aborts (SIGFPE) on Einsum with an empty input or leaves its output
+#: uninitialised: https://github.com/microsoft/onnxruntime/pull/27226
+ORT_EINSUM_EMPTY_INPUT_FIXED = (1, 25)
+
 
 def _model(op, inputs, attrs, opset, out_dtype=None):
     model, feeds = one_node_model(op, inputs, attrs, opset, out_dtype=out_dtype)
@@ -113,13 +120,13 @@ MATMUL_BATCH_RUNS = [((2, 3, 4), (1, 4, 5)), ((0, 3, 4), (1, 4, 5)), ((1, 3, 4),
                      ((1, 3, 4), (6, 4, 5)), ((0, 3, 4), (0, 4, 5)), ((2, 1, 4), (2, 4, 0))]
 
 
-def _assert_batch_broadcast(op, attrs, opset, node_name, reference):
-    """``op`` on A [B1, M, K] x B [B2, K, N]: MATMUL_BATCH_RUNS match ORT on one session, all
-    planned symbolically; 2 vs 3 and 0 vs 2 batches are BroadcastMismatch; 3 vs 1 equals
-    ``reference(a, b)``."""
+def _assert_batch_broadcast(op, attrs, opset, node_name, reference, ort_fixed_in):
+    """``op`` on A [B1, M, K] x B [B2, K, N]: MATMUL_BATCH_RUNS match ORT (the spec before
+    ``ort_fixed_in``) on one session, all planned symbolically; 2 vs 3 and 0 vs 2 batches are
+    BroadcastMismatch; 3 vs 1 equals ``reference(a, b)``."""
     model, runs = _symbolic_runs(op, attrs, opset, [["B1", "M", "K"], ["B2", "K", "N"]], MATMUL_BATCH_RUNS,
                                  node_name)
-    sess = assert_runs_match_ort(model, runs)
+    sess = assert_runs_match_ort(model, runs, ort_fixed_in=ort_fixed_in)
     assert sess.get_outputs()[0].shape == ["broadcast(B1, B2)", "M", "N"]
     assert (sess.stats.symbolic_plans, sess.stats.resolved_plans) == (len(runs), 0)
     assert_broadcast_mismatch(sess, {"in0": _rand((2, 3, 4)), "in1": _rand((3, 4, 5))}, node_name)
@@ -132,14 +139,14 @@ def _assert_batch_broadcast(op, attrs, opset, node_name, reference):
 
 
 def test_matmul_symbolic_batch_broadcast_runs_match_ort():
-    _assert_batch_broadcast("MatMul", {}, 13, "mm", np.matmul)
+    _assert_batch_broadcast("MatMul", {}, 13, "mm", np.matmul, ORT_MATMUL_ZERO_BROADCAST_FIXED)
 
 
 def test_matmul_symbolic_batch_broadcast_of_different_ranks():
     shapes = [((2, 3, 4), (0, 1, 4, 5)), ((1, 3, 4), (2, 0, 4, 5)), ((0, 3, 4), (2, 1, 4, 5)),
               ((2, 3, 4), (1, 2, 4, 5))]
     model, runs = _symbolic_runs("MatMul", {}, 13, [["B1", "M", "K"], ["C", "B2", "K", "N"]], shapes, "mm4")
-    sess = assert_runs_match_ort(model, runs)
+    sess = assert_runs_match_ort(model, runs, ort_fixed_in=ORT_MATMUL_ZERO_BROADCAST_FIXED)
     assert sess.get_outputs()[0].shape == ["C", "broadcast(B1, B2)", "M", "N"]
     assert sess.stats.resolved_plans == 0
 
@@ -316,7 +323,7 @@ def test_einsum_infer_symbolic():
 
 def test_einsum_symbolic_ellipsis_broadcast_runs_match_ort():
     _assert_batch_broadcast("Einsum", {"equation": "...ij,...jk->...ik"}, 12, "ein",
-                            lambda a, b: np.einsum("...ij,...jk->...ik", a, b))
+                            lambda a, b: np.einsum("...ij,...jk->...ik", a, b), ORT_EINSUM_EMPTY_INPUT_FIXED)
 
 
 def test_einsum_symbolic_label_sizes_broadcast_and_are_judged_per_plan():
@@ -324,7 +331,7 @@ def test_einsum_symbolic_label_sizes_broadcast_and_are_judged_per_plan():
     ONNX Runtime; it is summed away, so each plan checks it on the concrete shapes."""
     shapes = [((2, 1), (3, 4)), ((2, 0), (1, 4)), ((2, 1), (0, 4)), ((2, 3), (3, 4)), ((0, 3), (1, 2))]
     model, runs = _symbolic_runs("Einsum", {"equation": "ij,jk->ik"}, 12, [["M", "J1"], ["J2", "N"]], shapes, "ij")
-    sess = assert_runs_match_ort(model, runs)
+    sess = assert_runs_match_ort(model, runs, ort_fixed_in=ORT_EINSUM_EMPTY_INPUT_FIXED)
     assert sess.get_outputs()[0].shape == ["M", "N"] and sess.stats.resolved_plans == 0
     with pytest.raises(dynashape.ShapeInferenceError, match="label 'j' has sizes 2 and 3") as info:
         sess.run(None, {"in0": _rand((2, 2)), "in1": _rand((3, 4))})
@@ -402,3 +409,42 @@ def test_registered_versions():
                 for op in ("MatMul", "Gemm", "Einsum", "MatMulInteger", "QLinearMatMul")}
     assert versions == {"MatMul": [1, 9, 13], "Gemm": [1, 6, 7, 9, 11, 13], "Einsum": [12, 28],
                         "MatMulInteger": [10], "QLinearMatMul": [10, 21]}
+
+
+# Det ----------------------------------------------------------------------------------
+
+def test_det_registered_versions():
+    assert sorted(d.since_version for d in get_registry().schemas("", "Det")) == [11, 22]
+
+
+@pytest.mark.parametrize("allocator", ["pool", "naive"])
+@pytest.mark.parametrize("opset", [11, 22])
+def test_det_symbolic_batch_matches_ort(opset, allocator):
+    runs = [{"in0": _rand(s)} for s in [(2, 3, 3, 3), (1, 4, 2, 2), (3, 0, 5, 5), (2, 1, 1, 1)]]
+    model, _ = one_node_model("Det", [runs[0]["in0"]], {}, opset, dims=[["A", "B", "M", "K"]], node_name="det")
+    sess = assert_runs_match_ort(model, runs, allocator)
+    assert sess.get_outputs()[0].shape == ["A", "B"]
+    with pytest.raises(dynashape.ShapeInferenceError, match="square") as info:
+        sess.run(None, {"in0": _rand((2, 1, 3, 4))})
+    assert info.value.kind == "DimMismatch" and info.value.node == "det"
+
+
+def test_det_values_dtypes_and_errors():
+    a = np.float32([[1.0, 2.0], [3.0, 4.0]])
+    (d,) = run_node("Det", [a], opset=11)
+    assert d.shape == () and d.dtype == np.float32
+    np.testing.assert_allclose(d, -2.0, rtol=1e-6)
+    x = _rand((3, 4, 4)).astype(np.float64)
+    (d,) = run_node("Det", [x], opset=22)
+    np.testing.assert_allclose(d, ref_run("Det", [x], {}, 22)[0], rtol=1e-12)
+    for dt in (np.float16, BF16):
+        (d,) = run_node("Det", [a.astype(dt)], opset=22)
+        assert d.dtype == np.dtype(dt) and float(d) == -2.0
+    (d,) = run_node("Det", [np.zeros((2, 0, 0), np.float32)], opset=22)   # empty matrices: det 1
+    assert d.tolist() == [1.0, 1.0]
+    assert _infer_symbolic("Det", [(sym("b"), sym("m"), sym("m"))], [np.float32], {}, 22) == [(sym("b"),)]
+    with pytest.raises(dynashape.ShapeInferenceError, match="rank >= 2") as info:
+        run_node("Det", [np.float32([1.0, 2.0])], opset=22)
+    assert info.value.kind == "InvalidRank"
+    with pytest.raises(dynashape.ShapeInferenceError, match="floating-point"):
+        run_node("Det", [np.eye(2, dtype=np.int32)], opset=22)

@@ -19,7 +19,7 @@ from dynashape.testing import infer_node, run_node
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
-from tests.conftest import assert_broadcast_mismatch, assert_runs_match_ort, one_node_model
+from tests.conftest import assert_broadcast_mismatch, assert_runs_match_ort, one_node_model, ort_run
 
 INT64_MAX = np.iinfo(np.int64).max
 INT64_MIN = np.iinfo(np.int64).min
@@ -711,3 +711,312 @@ def test_topk_partition_path_ties(largest):
     x[0, 3] = np.nan  # a NaN row falls back to the full sort
     vals, idx = run_node("TopK", [x, i64(7)], {"largest": largest}, n_outputs=2)
     assert idx.shape == (4, 7)
+
+
+# CumProd, BitCast, Unique, Compress, EyeLike, ReverseSequence --------------------------------
+
+def _untyped_model(op, inputs, attrs, opset, dims=None, n_outputs=1, outputs=None, node_name="n"):
+    """(model, feeds): one node, inputs declared with ``dims``, outputs without a declared type."""
+    names = [f"in{i}" for i in range(len(inputs))]
+    outs = outputs or [f"out{i}" for i in range(n_outputs)]
+    graph = helper.make_graph(
+        [helper.make_node(op, names, outs, name=node_name, **attrs)], "g",
+        [helper.make_tensor_value_info(n, onnx_type(x.dtype), x.shape if dims is None else dims[i])
+         for i, (n, x) in enumerate(zip(names, inputs))],
+        [onnx.ValueInfoProto(name=o) for o in outs if o])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), dict(zip(names, inputs))
+
+
+@pytest.mark.parametrize("op", ["CumProd", "BitCast", "Unique", "Compress", "EyeLike", "ReverseSequence"])
+def test_new_ops_every_spec_version_registered(op):
+    test_every_spec_version_registered(op)
+
+
+@pytest.mark.parametrize("exclusive", [0, 1])
+@pytest.mark.parametrize("reverse", [0, 1])
+@pytest.mark.parametrize("axis", [0, -1, 1])
+def test_cumprod(exclusive, reverse, axis):
+    attrs = {"exclusive": exclusive, "reverse": reverse}
+    check("CumProd", [f32(3, 4, 2), np.array(axis, np.int64)], attrs, opset=26)
+    check("CumProd", [np.arange(1, 13, dtype=np.int32).reshape(3, 4), np.array(axis % 2, np.int32)], attrs, opset=26)
+    check("CumProd", [np.zeros((0, 3), np.uint64), np.array(axis % 2, np.int64)], attrs, opset=26)
+
+
+@pytest.mark.parametrize("allocator", ["pool", "naive"])
+def test_cumprod_symbolic_session_matches_ort(allocator):
+    runs = [{"in0": f32(*s), "in1": i64(1).reshape(())} for s in [(2, 5), (1, 1), (4, 3), (3, 0)]]
+    model, _ = one_node_model("CumProd", [runs[0]["in0"], runs[0]["in1"]], {"exclusive": 1, "reverse": 1}, 26,
+                              dims=[["N", "M"], []])
+    sess = assert_runs_match_ort(model, runs, allocator)
+    assert sess.get_outputs()[0].shape == ["N", "M"]
+
+
+def test_cumprod_symbolic_value():
+    b, t = sym("b"), sym("t")
+    dims = np.array([b, t, 4], dtype=object)
+    _, opdef, ctx = sym_infer("CumProd", [(3,), ()], [np.dtype(np.int64)] * 2, values=[dims, i64(0).reshape(())],
+                              attrs={"exclusive": 1}, opset=26)
+    assert opdef.propagate_value(ctx)[0].tolist() == [1, b, b * t]
+    ctx.node.attrs.update(reverse=1, exclusive=0)
+    assert opdef.propagate_value(ctx)[0].tolist() == [b * t * 4, t * 4, 4]
+    ctx.input_values[1] = None
+    assert opdef.propagate_value(ctx) == [None]
+
+
+def test_cumprod_float16_and_errors():
+    x = np.float16([[1.5, 2.0, 0.5], [3.0, 1.0, 2.0]])
+    (y,) = run_node("CumProd", [x, i64(1)], opset=26)
+    assert y.dtype == np.float16 and y.tolist() == [[1.5, 3.0, 1.5], [3.0, 3.0, 6.0]]
+    with pytest.raises(dynashape.ShapeInferenceError, match="out of range") as info:
+        run_node("CumProd", [x, i64(2)], opset=26)
+    assert info.value.kind == "AxisOutOfRange"
+    with pytest.raises(dynashape.ShapeInferenceError, match="exactly one value"):
+        run_node("CumProd", [x, i64(0, 1)], opset=26)
+
+
+@pytest.mark.parametrize("x,to", [
+    (f32(2, 3), onnx.TensorProto.INT32), (np.int32([-1, 0x3F800000]), onnx.TensorProto.FLOAT),
+    (np.float64([1.5, -2.0]), onnx.TensorProto.UINT64), (np.int8([-1, 5]), onnx.TensorProto.UINT8),
+    (np.array([True, False]), onnx.TensorProto.INT8), (np.float16([1.0, -0.5]), onnx.TensorProto.BFLOAT16),
+    (np.array(2.5, np.float32), onnx.TensorProto.UINT32), (np.int64([1, 2]), onnx.TensorProto.COMPLEX64),
+    (np.array([-1, 7, -8], ml_dtypes.int4), onnx.TensorProto.UINT4),
+    (np.array([1.5, -6.0], ml_dtypes.float4_e2m1fn), onnx.TensorProto.INT4),
+])
+def test_bitcast(x, to):
+    (got,) = check("BitCast", [x], {"to": to}, opset=26)
+    assert got.shape == x.shape
+
+
+def test_bitcast_values_strided_input_and_errors():
+    (y,) = run_node("BitCast", [np.array([-1, 7, -8], ml_dtypes.int4)], {"to": onnx.TensorProto.UINT4}, opset=26)
+    assert y.astype(np.int32).tolist() == [15, 7, 8]
+    x = f32(4, 6)[:, ::2]        # a non-contiguous input
+    (y,) = run_node("BitCast", [x], {"to": onnx.TensorProto.UINT32}, opset=26)
+    np.testing.assert_array_equal(y, np.ascontiguousarray(x).view(np.uint32))
+    for src, to, kind, match in [(f32(2), onnx.TensorProto.INT64, "BitWidthMismatch", "32 bits .* 64"),
+                                 (np.uint8([1]), onnx.TensorProto.INT4, "BitWidthMismatch", "8 bits"),
+                                 (f32(2), onnx.TensorProto.STRING, "InvalidAttribute", "string"),
+                                 (np.array(["a"], dtype=object), onnx.TensorProto.INT32, "UnsupportedDtype", "string")]:
+        with pytest.raises(dynashape.ShapeInferenceError, match=match) as info:
+            run_node("BitCast", [src], {"to": to}, opset=26)
+        assert info.value.kind == kind
+    with pytest.raises(dynashape.ShapeInferenceError, match="'to' is required"):
+        run_node("BitCast", [f32(2)], {}, opset=26)
+
+
+@pytest.mark.parametrize("allocator", ["pool", "naive"])
+def test_bitcast_symbolic_session_matches_ort(allocator):
+    runs = [{"in0": f32(*s)} for s in [(2, 3), (1, 7), (0, 2)]]
+    model, _ = one_node_model("BitCast", [runs[0]["in0"]], {"to": onnx.TensorProto.INT32}, 26,
+                              out_dtype=np.int32, dims=[["N", "M"]])
+    sess = assert_runs_match_ort(model, runs, allocator)
+    assert sess.get_outputs()[0].shape == ["N", "M"]
+
+
+UNIQUE_CASES = [({}, (9,)), ({"sorted": 0}, (9,)), ({"axis": 0}, (6, 3)), ({"axis": 1, "sorted": 0}, (3, 6)),
+                ({"axis": -1}, (2, 3, 4)), ({"sorted": 0, "axis": 0}, (0, 2))]
+
+
+@pytest.mark.parametrize("attrs,shape", UNIQUE_CASES)
+def test_unique_matches_reference(attrs, shape):
+    x = rng.integers(0, 3, shape).astype(np.float32)
+    if len(shape) > 1 and shape[0]:
+        x[1] = x[0] if attrs.get("axis", 0) == 0 else x[1]
+    if attrs.get("sorted", 1) == 0 and attrs.get("axis", 0) != 0:
+        # the reference reorders unsorted results along axis 0 whatever the axis: onnxruntime
+        model, feeds = _untyped_model("Unique", [x], attrs, 11, n_outputs=4)
+        want = ort_run(model, feeds)
+        got = run_node("Unique", [x], attrs, opset=11, n_outputs=4)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype
+            np.testing.assert_array_equal(g, w)
+    else:
+        want = check("Unique", [x], attrs, opset=11, n_outputs=4)
+        check("Unique", [x.astype(np.int64)], attrs, opset=28, n_outputs=4)
+    (y,) = run_node("Unique", [x], attrs, opset=11)   # (the reference sorts a lone Y even with sorted=0)
+    np.testing.assert_array_equal(y, want[0])
+
+
+@pytest.mark.parametrize("allocator", ["pool", "naive"])
+@pytest.mark.parametrize("attrs", [{}, {"sorted": 0}, {"axis": 0, "sorted": 0}])
+def test_unique_data_dependent_session_matches_ort(attrs, allocator):
+    runs = [{"in0": rng.integers(0, k, (n, 2)).astype(np.float32)} for n, k in [(6, 3), (1, 2), (10, 2), (0, 2), (4, 9)]]
+    model, _ = _untyped_model("Unique", [runs[0]["in0"]], attrs, 11, dims=[["N", 2]], n_outputs=4)
+    assert_runs_match_ort(model, runs, allocator)
+    model, _ = _untyped_model("Unique", [runs[0]["in0"]], attrs, 11, dims=[["N", 2]],
+                              outputs=["y", "", "inverse"])
+    sess = dynashape.InferenceSession(model, allocator=allocator)
+    for feeds in runs:
+        y, inverse = sess.run(None, feeds)
+        x = feeds["in0"]
+        rebuilt = y.reshape(-1)[inverse] if "axis" not in attrs else y[inverse]
+        np.testing.assert_array_equal(rebuilt, x.reshape(-1) if "axis" not in attrs else x)
+
+
+def test_unique_strings_bfloat16_and_first_occurrence():
+    s = np.array([["b", "a"], ["c", "a"], ["b", "a"]], dtype=object)
+    y, idx, inv, cnt = run_node("Unique", [s], {"axis": 0, "sorted": 0}, opset=28, n_outputs=4)
+    assert y.tolist() == [["b", "a"], ["c", "a"]] and idx.tolist() == [0, 1]
+    assert inv.tolist() == [0, 1, 0] and cnt.tolist() == [2, 1]
+    y, idx, inv, cnt = run_node("Unique", [np.array([2, 1, 1, 3, 4, 3])], {"sorted": 0}, opset=11, n_outputs=4)
+    assert (y.tolist(), idx.tolist(), inv.tolist(), cnt.tolist()) == (
+        [2, 1, 3, 4], [0, 1, 3, 4], [0, 1, 1, 2, 3, 2], [1, 2, 2, 1])     # the spec's example 1
+    b = np.array([[1.5, 0.5], [-2.0, 0.5], [1.5, 0.5]], ml_dtypes.bfloat16)
+    y, idx, inv, cnt = run_node("Unique", [b], {"axis": 0}, opset=28, n_outputs=4)
+    assert y.dtype == b.dtype and y.astype(np.float32).tolist() == [[-2.0, 0.5], [1.5, 0.5]]
+    assert idx.tolist() == [1, 0] and inv.tolist() == [1, 0, 1] and cnt.tolist() == [1, 2]
+
+
+def test_unique_inference_and_errors():
+    (y, i, inv, c), opdef, _ = sym_infer("Unique", [(sym("b"), 4)], n_outputs=4)
+    assert opdef.data_dependent and y == i == c and str(y[0]).startswith("unk__") and inv == (sym("b") * 4,)
+    (y, _, inv, _), _, _ = sym_infer("Unique", [(sym("b"), 4)], attrs={"axis": 1}, n_outputs=4)
+    assert y[0] == sym("b") and inv == (4,)
+    with pytest.raises(dynashape.ShapeInferenceError, match="out of range"):
+        run_node("Unique", [f32(2, 3)], {"axis": 2}, opset=11)
+    with pytest.raises(dynashape.ShapeInferenceError, match="sorted is 2") as info:
+        run_node("Unique", [f32(2, 3)], {"sorted": 2}, opset=11)
+    assert info.value.kind == "InvalidAttribute"
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1, -1])
+def test_compress(axis):
+    x = f32(3, 4)
+    attrs = {} if axis is None else {"axis": axis}
+    for cond in ([True, False, True], [False, True], [True, True, True], [False, False, False]):
+        check("Compress", [x, np.array(cond)], attrs, opset=11)
+    check("Compress", [np.array([["a", "b"], ["c", "d"]], dtype=object), np.array([False, True])], attrs, opset=9)
+
+
+def test_compress_long_condition_reads_only_the_axis_length():
+    (y,) = run_node("Compress", [f32(3, 2), np.array([True, False, True, True, True])], {"axis": 0}, opset=11)
+    assert y.shape == (2, 2)
+    (y,) = run_node("Compress", [np.arange(4.0), np.array([0, 1, 1, 0, 1, 1], bool)], {}, opset=11)
+    assert y.tolist() == [1.0, 2.0]
+
+
+@pytest.mark.parametrize("allocator", ["pool", "naive"])
+def test_compress_data_dependent_session_matches_ort(allocator):
+    runs = [{"in0": f32(n, 3), "in1": rng.random(k) < 0.5} for n, k in [(4, 4), (6, 2), (1, 1), (0, 0), (5, 9)]]
+    model, _ = one_node_model("Compress", [runs[0]["in0"], runs[0]["in1"]], {"axis": 0}, 11,
+                              dims=[["N", 3], ["K"]])
+    assert_runs_match_ort(model, runs, allocator)
+    model, _ = one_node_model("Compress", [runs[0]["in0"], runs[0]["in1"]], {}, 11, dims=[["N", 3], ["K"]])
+    assert_runs_match_ort(model, runs, allocator)
+
+
+def test_compress_inference_and_errors():
+    shapes, _ = infer_node("Compress", [f32(5, 3), np.array([True, False, True])], {"axis": -2})
+    assert shapes == [(2, 3)]
+    (out,), opdef, _ = sym_infer("Compress", [(sym("n"), 3), (sym("k"),)], [np.dtype(np.float32), np.dtype(bool)],
+                                 attrs={"axis": 1})
+    assert out[0] == sym("n") and str(out[1]).startswith("unk__")      # unknown condition: data-dependent
+    cond = np.array([True, False, True])
+    (out,), _, ctx = sym_infer("Compress", [(sym("n"), 3), (3,)], [np.dtype(np.float32), np.dtype(bool)],
+                               values=[None, cond], attrs={"axis": 0})
+    assert out == (2, 3) and ctx.guards == [(sym("n"), ">=", 3)]
+    data = np.array([sym("b"), sym("s"), 64], dtype=object)
+    (out,), opdef, ctx = sym_infer("Compress", [(3,), (3,)], [np.dtype(np.int64), np.dtype(bool)], values=[data, cond])
+    assert out == (2,) and opdef.propagate_value(ctx)[0].tolist() == [sym("b"), 64]
+    with pytest.raises(dynashape.ShapeInferenceError, match="1-D") as info:
+        run_node("Compress", [f32(2, 2), np.ones((2, 2), bool)], opset=11)
+    assert info.value.kind == "InvalidRank"
+    with pytest.raises(dynashape.ShapeInferenceError, match="expected bool"):
+        run_node("Compress", [f32(2, 2), i64(1, 0)], opset=11)
+    with pytest.raises(dynashape.ShapeInferenceError, match="out of range"):
+        run_node("Compress", [f32(2, 2), np.ones(2, bool)], {"axis": 2}, opset=11)
+
+
+@pytest.mark.parametrize("k", [0, 1, -2, 5, -7])
+def test_eyelike(k):
+    for shape in [(3, 4), (4, 3), (0, 2), (1, 1)]:
+        check("EyeLike", [f32(*shape)], {"k": k}, opset=9)
+    check("EyeLike", [np.zeros((3, 3), np.int32)], {"k": k, "dtype": onnx.TensorProto.BOOL}, opset=22)
+
+
+@pytest.mark.parametrize("allocator", ["pool", "naive"])
+def test_eyelike_symbolic_session_matches_ort(allocator):
+    runs = [{"in0": f32(*s)} for s in [(3, 4), (5, 2), (0, 3), (1, 1), (3, 4)]]
+    model, _ = one_node_model("EyeLike", [runs[0]["in0"]], {"k": -1, "dtype": onnx.TensorProto.DOUBLE}, 22,
+                              out_dtype=np.float64, dims=[["N", "M"]])
+    sess = assert_runs_match_ort(model, runs, allocator)
+    assert sess.get_outputs()[0].shape == ["N", "M"]
+
+
+def test_eyelike_inference_and_errors():
+    n = sym("n")
+    (out,), opdef, _ = sym_infer("EyeLike", [(n, 8)], [np.dtype(np.int64)])
+    assert out == (n, 8) and opdef.shape_only_inputs == (0,)
+    _, dtypes = infer_node("EyeLike", [np.zeros((2, 2), np.int8)], {"dtype": onnx.TensorProto.FLOAT16})
+    assert dtypes == [np.float16]
+    with pytest.raises(dynashape.ShapeInferenceError, match="2-D") as info:
+        run_node("EyeLike", [f32(2, 2, 2)], opset=9)
+    assert info.value.kind == "InvalidRank"
+    with pytest.raises(dynashape.ShapeInferenceError, match="string"):
+        run_node("EyeLike", [f32(2, 2)], {"dtype": onnx.TensorProto.STRING}, opset=9)
+
+
+@pytest.mark.parametrize("batch_axis,time_axis", [(1, 0), (0, 1)])
+def test_reverse_sequence(batch_axis, time_axis):
+    x = f32(4, 5, 2) if time_axis == 0 else f32(5, 4, 2)
+    attrs = {"batch_axis": batch_axis, "time_axis": time_axis}
+    check("ReverseSequence", [x, i64(4, 0, 1, 2, 3)], attrs, opset=10)
+    check("ReverseSequence", [x[..., 0].astype(np.int32), i64(1, 4, 4, 2, 3)], attrs, opset=28)
+
+
+@pytest.mark.parametrize("allocator", ["pool", "naive"])
+def test_reverse_sequence_symbolic_session_matches_ort(allocator):
+    runs = []
+    for t, b in [(4, 3), (1, 2), (6, 5), (3, 1)]:
+        runs.append({"in0": f32(t, b, 2), "in1": rng.integers(0, t + 1, b).astype(np.int64)})
+    model, _ = one_node_model("ReverseSequence", list(runs[0].values()), {}, 10, dims=[["T", "B", 2], ["L"]])
+    sess = assert_runs_match_ort(model, runs, allocator)
+    assert sess.get_outputs()[0].shape == ["T", "B", 2]
+
+
+def test_reverse_sequence_errors():
+    x = f32(3, 2)
+    for attrs in ({"batch_axis": 0, "time_axis": 0}, {"batch_axis": 2}):
+        with pytest.raises(dynashape.ShapeInferenceError, match="must be 0 and 1") as info:
+            run_node("ReverseSequence", [x, i64(1, 1)], attrs, opset=10)
+        assert info.value.kind == "InvalidAttribute"
+    with pytest.raises(dynashape.ShapeInferenceError, match="batch dim") as info:
+        run_node("ReverseSequence", [x, i64(1, 1, 1)], opset=10)
+    assert info.value.kind == "DimMismatch"
+    with pytest.raises(dynashape.ShapeInferenceError, match="rank >= 2"):
+        run_node("ReverseSequence", [f32(3), i64(1)], opset=10)
+    for lens in (i64(4, 1), i64(1, -1)):
+        with pytest.raises(dynashape.ShapeInferenceError, match=r"sequence length -?\d is out of range") as info:
+            run_node("ReverseSequence", [x, lens], opset=10)
+        assert info.value.kind == "InvalidSequenceLength"
+
+
+@pytest.mark.parametrize("allocator", ["pool", "naive"])
+def test_compress_known_condition_is_planned_symbolically(allocator):
+    """A constant condition on a symbolic axis: static output length, no data-dependent step;
+    Shape -> Compress -> CumProd -> Reshape stays symbolic; an axis shorter than the condition
+    breaks the guard and is planned by per-node inference (onnxruntime's truncation)."""
+    vi = helper.make_tensor_value_info
+    cond = onnx.numpy_helper.from_array(np.array([True, False, True]), "cond")
+    nodes = [helper.make_node("Compress", ["x", "cond"], ["c"], axis=1),
+             helper.make_node("Shape", ["x"], ["sh"]),
+             helper.make_node("Compress", ["sh", "cond"], ["dims"]),
+             helper.make_node("CumProd", ["dims", "zero"], ["prods"], reverse=1),
+             helper.make_node("Reshape", ["c", "prods"], ["r"])]
+    graph = helper.make_graph(nodes, "g", [vi("x", onnx.TensorProto.FLOAT, ["N", "M", 2])],
+                              [vi("c", onnx.TensorProto.FLOAT, None), vi("r", onnx.TensorProto.FLOAT, None)],
+                              [cond, onnx.numpy_helper.from_array(np.array(0, np.int64), "zero")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 26)])
+    sess = dynashape.InferenceSession(model, allocator=allocator)
+    assert [o.shape for o in sess.get_outputs()] == [["N", 2, 2], ["N*2", 2]]
+    for n, m in [(2, 3), (1, 5), (4, 3)]:
+        x = f32(n, m, 2)
+        c, r = sess.run(None, {"x": x})
+        np.testing.assert_array_equal(c, x[:, [0, 2]])
+        np.testing.assert_array_equal(r, x[:, [0, 2]].reshape(n * 2, 2))
+    assert sess.stats.resolved_plans == 0
+    graph = helper.make_graph(nodes[:1], "g", [vi("x", onnx.TensorProto.FLOAT, ["N", "M", 2])],
+                              [vi("c", onnx.TensorProto.FLOAT, None)], [cond])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
+    sess = assert_runs_match_ort(model, [{"x": f32(3, 4, 2)}, {"x": f32(3, 2, 2)}, {"x": f32(1, 3, 2)}], allocator)
+    assert sess.stats.resolved_plans == 1       # M = 2 < 3 breaks the guard M >= 3
