@@ -5,7 +5,9 @@ bfloat16, the float8/float6/float4 variants and int4/uint4/int2/uint2 are the
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any, Optional
 
 import numpy as np
 from onnx import TensorProto, helper
@@ -17,6 +19,13 @@ __all__ = [
     "is_float",
     "is_integer",
     "ELEM_TYPE_NAMES",
+    "ValueType",
+    "SequenceType",
+    "OptionalType",
+    "is_container",
+    "type_known",
+    "value_type_of",
+    "value_type_string",
 ]
 
 #: ONNX elem type → the name used in ``"tensor(<name>)"`` type strings (ORT's spelling).
@@ -86,11 +95,135 @@ def type_string(elem_type: int) -> str:
 
 def is_float(dtype: np.dtype) -> bool:
     """True for every floating type, the ml_dtypes ones (bfloat16, float8, float4) included."""
+    if isinstance(dtype, ValueType):
+        return False
     dt = np.dtype(dtype)
     return dt.kind == "f" or (dt.kind == "V" and "float" in dt.name)
 
 
 def is_integer(dtype: np.dtype) -> bool:
     """True for signed and unsigned integers, int4/uint4/int2/uint2 included."""
+    if isinstance(dtype, ValueType):
+        return False
     dt = np.dtype(dtype)
     return dt.kind in "iu" or (dt.kind == "V" and "int" in dt.name)
+
+
+# sequence and optional types (ONNX IR.md "Types": seq(T), optional(T)) -------------------
+
+class ValueType:
+    """Base of the non-tensor value types. A slot's "dtype" in the engine is a numpy dtype
+    for a tensor, a :class:`SequenceType` / :class:`OptionalType` for a container, or None
+    (unknown). At run time a sequence is a Python list of numpy arrays (or of containers),
+    an optional is None (empty) or its element."""
+
+    __slots__ = ()
+
+    @property
+    def name(self) -> str:
+        return value_type_string(self)
+
+    def __str__(self) -> str:
+        return value_type_string(self)
+
+
+@dataclass(frozen=True, repr=False)
+class SequenceType(ValueType):
+    """``seq(elem)``: ``elem`` a numpy dtype (tensors), another container type, or None
+    (unknown element type). ``rank``: the rank every element has when the ops that made the
+    sequence prove it (SplitToSequence, SequenceConstruct, ...), else None; a hint for
+    shape inference (SequenceAt, ConcatFromSequence), not part of the type: two sequence
+    types that differ only in it are equal. Declared ranks are never taken (exporters
+    write wrong ones)."""
+
+    elem: Any = None
+    rank: Optional[int] = field(default=None, compare=False)
+
+    def __repr__(self) -> str:
+        return f"SequenceType({self.elem!r})" if self.rank is None else f"SequenceType({self.elem!r}, rank={self.rank})"
+
+
+@dataclass(frozen=True, repr=False)
+class OptionalType(ValueType):
+    """``optional(elem)``: ``elem`` a numpy dtype (an optional tensor), a container type, or
+    None (unknown)."""
+
+    elem: Any = None
+
+    def __repr__(self) -> str:
+        return f"OptionalType({self.elem!r})"
+
+
+def is_container(t: Any) -> bool:
+    """True for a sequence or optional type (a slot that never has a tensor shape)."""
+    return isinstance(t, ValueType)
+
+
+def type_known(t: Any) -> bool:
+    """True when ``t`` names a tensor element type all the way down (no None inside)."""
+    while isinstance(t, ValueType):
+        t = t.elem
+    return t is not None
+
+
+def value_type_of(value: Any) -> Any:
+    """The type of a run-time value: an array's dtype, ``SequenceType`` of a list (its
+    element type read from the first element; None for an empty list), None for None (an
+    empty optional: its element type is unknown)."""
+    if isinstance(value, np.ndarray):
+        return value.dtype
+    if isinstance(value, list):
+        return SequenceType(value_type_of(value[0]) if value else None)
+    if value is None:
+        return None
+    return np.asarray(value).dtype
+
+
+def type_key(value: Any) -> Any:
+    """A hashable key of a run-time value's type for plan-cache keys (plain tuples and
+    dtypes: compared in C): None for None, ``("seq", key of the first element)`` for a list
+    (``("seq", None)`` when empty), else the array's dtype."""
+    if value is None:
+        return None
+    if type(value) is list:
+        return ("seq", type_key(value[0]) if value else None)
+    return value.dtype if isinstance(value, np.ndarray) else np.asarray(value).dtype
+
+
+def value_type_string(t: Any) -> str:
+    """ORT-style type string: ``tensor(float)``, ``seq(tensor(float))``,
+    ``optional(seq(tensor(int64)))``; an unknown element type is ``undefined``."""
+    if isinstance(t, SequenceType):
+        return f"seq({value_type_string(t.elem)})"
+    if isinstance(t, OptionalType):
+        return f"optional({value_type_string(t.elem)})"
+    if t is None:
+        return "tensor(undefined)"
+    try:
+        return type_string(onnx_type(t))
+    except TypeError:
+        return f"tensor({np.dtype(t).name})"
+
+
+def merge_types(declared: Any, actual: Any) -> Any:
+    """``declared`` with its unknown element types (None) filled from ``actual`` where the
+    kinds agree (a sequence's rank hint is ``declared``'s: ``actual``'s is not proven for it)."""
+    if declared is None:
+        return actual
+    if isinstance(declared, SequenceType):
+        inner = actual.elem if isinstance(actual, SequenceType) else None
+        return SequenceType(merge_types(declared.elem, inner), declared.rank)
+    if isinstance(declared, OptionalType):
+        inner = actual.elem if isinstance(actual, OptionalType) else actual
+        return OptionalType(merge_types(declared.elem, inner))
+    return declared
+
+
+def optional_elem(t: Any) -> Any:
+    """The element type of an optional type (``t`` itself for any other type)."""
+    return t.elem if isinstance(t, OptionalType) else t
+
+
+__all__.append("merge_types")
+__all__.append("type_key")
+__all__.append("optional_elem")

@@ -18,12 +18,13 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from .dtypes import ValueType, merge_types, type_known, value_type_of
 from .errors import DimParamMismatch
 from .executor import ExecutionContext, RunStats, check_plan_memory
 from .fpstate import quiet_floating_point, quiet_off, quiet_on
 from .graph import PreparedGraph
 from .plan import Plan, build_plan
-from .program import Program
+from .program import Program, copy_value
 from .registry import Registry
 from .symbolic import free_symbols, sym
 
@@ -94,15 +95,16 @@ class Engine:
         self._contexts: list[ExecutionContext] = []
         self._warned: set = set()
         self._recent_splits: list = []
-        self._open = [pos for pos, slot in enumerate(pg.input_slots)
-                      if input_dims.get(slot) is None or input_dtypes.get(slot) is None]
+        self._open = [pos for pos, slot in enumerate(pg.input_slots) if _open_input(input_dims.get(slot),
+                                                                                    input_dtypes.get(slot))]
         self.programs: dict = {}
         self.program = self._base_program(())
 
     def _base_program(self, fill: tuple) -> Program:
         """The program for the declared inputs. Inputs declared without a shape or an element
         type get the rank (one symbol per axis) and dtype they have: ``fill`` holds them,
-        (rank or None, dtype or None) per such input; a program per pattern."""
+        (rank or None, dtype or None) per such input; a program per pattern. A sequence or
+        optional input has no rank; its unknown element types come from its value."""
         program = self.programs.get(("fill", fill))
         if program is None:
             dims, dtypes = dict(self.input_dims), dict(self.input_dtypes)
@@ -193,8 +195,9 @@ class Engine:
             slots = program.pg.output_slots
             if program.copies_outputs:
                 copy = program.output_copy
-                out = [np.array(values[slots[i]], copy=True) if copy[i] and values[slots[i]] is not None
-                       else values[slots[i]] for i in wanted]
+                out = [values[slots[i]] if not copy[i] or values[slots[i]] is None
+                       else np.array(values[slots[i]], copy=True) if copy[i] is True
+                       else copy_value(values[slots[i]]) for i in wanted]
             else:
                 out = [values[slots[i]] for i in wanted]
             stats.runs += 1
@@ -243,10 +246,9 @@ class Engine:
 
     # --- dim_params as hints -------------------------------------------------------------
     def _bind(self, feeds: Sequence) -> tuple[Program, tuple]:
-        shapes = [a.shape for a in feeds]
-        fill = tuple((len(shapes[pos]) if self.input_dims.get(self.pg.input_slots[pos]) is None else None,
-                      feeds[pos].dtype if self.input_dtypes.get(self.pg.input_slots[pos]) is None else None)
-                     for pos in self._open)
+        shapes = [a.shape if type(a) is np.ndarray else np.shape(a) if a is not None and type(a) is not list
+                  else None for a in feeds]
+        fill = tuple(self._fill(pos, feeds[pos], shapes[pos]) for pos in self._open)
         base = self._base_program(fill) if fill else self.program
         env = base.binder(shapes)
         if env is not None:
@@ -274,6 +276,15 @@ class Engine:
         with self._lock:
             self._recent_splits = [(fill, program)] + [x for x in self._recent_splits if x[1] is not program][:3]
         return program, program.binder(shapes)
+
+    def _fill(self, pos: int, value, shape) -> tuple:
+        """(rank or None, type or None) an open input takes from its value."""
+        slot = self.pg.input_slots[pos]
+        declared = self.input_dtypes.get(slot)
+        if isinstance(declared, ValueType) or type(value) is list or (value is None and shape is None):
+            return None, merge_types(declared, value_type_of(value))
+        rank = len(shape) if self.input_dims.get(slot) is None and shape is not None else None
+        return rank, (value_type_of(value) if declared is None else None)
 
     def _occurrences(self, program: Program) -> dict:
         out: dict = {}
@@ -311,3 +322,12 @@ class Engine:
                     f"dim_param '{name}' is bound to {shapes[p0][a0]} by input '{self.input_names[p0]}' axis {a0} "
                     f"and to {shapes[pos][axis]} by input '{self.input_names[pos]}' axis {axis}")
         return DimParamMismatch(f"dim_param '{name}' is bound to two values")
+
+
+def _open_input(dims, dtype) -> bool:
+    """An input whose rank or element type comes from the value it is given: a tensor
+    declared without a shape or an element type, a container whose element type is not
+    known all the way down."""
+    if isinstance(dtype, ValueType):
+        return not type_known(dtype)
+    return dims is None or dtype is None

@@ -14,6 +14,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from .dtypes import ValueType, value_type_of
 from .errors import DynashapeError, ExecutionError
 from .fpstate import quiet_floating_point
 from .graph import PreparedNode
@@ -90,12 +91,20 @@ def make_context(pn: PreparedNode, shapes: Sequence, dtypes: Sequence, values: S
 
 
 def context_of_arrays(pn: PreparedNode, arrays: Sequence, services: Optional[NodeServices]) -> InferContext:
-    """The concrete context of ``pn`` for its input arrays (None for an absent input)."""
+    """The concrete context of ``pn`` for its input arrays (None for an absent input or an
+    empty optional). A sequence (a list) has no shape and its :class:`SequenceType`."""
     arrays = arrays[:len(pn.inputs)]
     return InferContext(pn.node, pn.opset,
-                        [None if a is None else tuple(np.shape(a)) for a in arrays],
-                        [None if a is None else np.asarray(a).dtype for a in arrays],
+                        [a.shape if type(a) is np.ndarray else _shape_of(a) for a in arrays],
+                        [a.dtype if type(a) is np.ndarray else value_type_of(a) for a in arrays],
                         list(arrays), services=services)
+
+
+def _shape_of(a) -> Optional[tuple]:
+    """The shape of a value that is not an ndarray: None for None and sequences (lists)."""
+    if a is None or type(a) is list:
+        return None
+    return tuple(np.shape(a))
 
 
 def infer(pn: PreparedNode, ctx: InferContext) -> None:
@@ -115,7 +124,8 @@ def infer(pn: PreparedNode, ctx: InferContext) -> None:
     except Exception as exc:  # a bug or an unguarded rule in an op's inference
         ctx.fail(f"shape inference failed: {type(exc).__name__}: {exc}", kind="InferenceFailed")
     ctx.output_shapes = [tuple(s) if s is not None else None for s in shapes[:n_out]] + [None] * (n_out - len(shapes))
-    ctx.output_dtypes = [np.dtype(d) if d is not None else None for d in dtypes[:n_out]] + [None] * (n_out - len(dtypes))
+    ctx.output_dtypes = [d if d is None or isinstance(d, ValueType) else np.dtype(d)
+                         for d in dtypes[:n_out]] + [None] * (n_out - len(dtypes))
 
 
 def choose_kernel(registry: Registry, pn: PreparedNode, ctx: InferContext) -> KernelDef:
@@ -127,7 +137,10 @@ def choose_kernel(registry: Registry, pn: PreparedNode, ctx: InferContext) -> Ke
     first = ctx.input_dtypes[0] if ctx.input_dtypes else None
     if first is None:
         first = next((d for d in ctx.input_dtypes if d is not None), None)
-    return registry.resolve_kernel(pn.node.domain, pn.node.op_type, pn.opset, first, pn.node.name)
+    if isinstance(first, ValueType):   # a sequence/optional input: kernels take any
+        first = None
+    return registry.resolve_kernel(pn.node.domain, pn.node.op_type, pn.opset, first, pn.node.name,
+                                   input_dtypes=ctx.input_dtypes)
 
 
 def _all_ints(shape) -> bool:

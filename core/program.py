@@ -28,6 +28,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from .codegen import CodeWriter, ExprCoder
+from .dtypes import ValueType
 from .graph import PreparedGraph, PreparedNode
 from .node import CONCRETE, STATIC, SYMBOLIC, NodeServices, PrepareTrace, trace_prepare, trace_scratch
 from .planner import StepSpec, lifetimes
@@ -35,7 +36,7 @@ from .registry import Registry
 from .symbolic import as_atom, free_symbols, is_nonneg, sym
 from .symbolic_inference import BINDING, FOLDED, PLAN, STEP, SymbolicGraph, infer_symbolic
 
-__all__ = ["Program", "Segment", "Step", "OutSpec", "NONE", "ARENA", "FRESH", "FBLOCK"]
+__all__ = ["Program", "Segment", "Step", "OutSpec", "NONE", "ARENA", "FRESH", "FBLOCK", "DEEP", "copy_value"]
 
 #: Where a step's output lives: not written / a view the kernel returns (``NONE``), a block of
 #: the segment's arena (``ARENA``), a fresh array of each run (``FRESH``: graph outputs, object
@@ -352,7 +353,7 @@ class Program:
             specs = []
             for k, o in enumerate(st.outputs + st.scratch):
                 dtype = sg.dtypes[o] if o >= 0 else None
-                if o < 0 or k in aliases or dtype is None:
+                if o < 0 or k in aliases or dtype is None or isinstance(dtype, ValueType):   # containers: the kernel's
                     specs.append(OutSpec())
                     continue
                 b = self.block_of.get(o)
@@ -374,21 +375,27 @@ class Program:
         for st in seg.plan_nodes:
             aliases = {k for k, _ in st.node.opdef.aliases}
             st.outs = tuple(OutSpec() if o < 0 or k in aliases or sg.dtypes[o] is None
+                            or isinstance(sg.dtypes[o], ValueType)
                             else OutSpec(FRESH, self._sid(seg, o), sg.dtypes[o])
                             for k, o in enumerate(st.outputs + st.scratch))
 
-    def _output_copies(self) -> list[bool]:
+    def _output_copies(self) -> list:
         """Per graph output: must ``run`` copy it? Only arrays made by this run are handed
-        out as they are; views of feeds, constants, plan values and repeats are copied."""
+        out as they are; views of feeds, constants, plan values and repeats are copied
+        (True); a sequence or optional that is not made by this run is copied element by
+        element (:data:`DEEP`, see :func:`copy_value`)."""
         pg, sg = self.pg, self.sg
         seen: set = set()
-        out = []
+        out: list = []
         for slot in pg.output_slots:
             root = self._view_root(slot)
             p = pg.producer.get(root)
             fresh = p is not None and sg.status[p] in (STEP, BINDING) and root not in seen
             seen.add(root)
-            out.append(not fresh)
+            if fresh:
+                out.append(False)
+            else:
+                out.append(DEEP if isinstance(sg.dtypes[slot], ValueType) or sg.dtypes[slot] is None else True)
         return out
 
     def _view_root(self, slot: int) -> int:
@@ -622,6 +629,21 @@ class Program:
         return {"steps": len(self.steps), "plan_nodes": sum(len(s.plan_nodes) for s in self.segments),
                 "folded": self.sg.status.count(FOLDED), "binding": self.sg.status.count(BINDING),
                 "segments": len(self.segments), "prepare": dict(traces)}
+
+
+#: ``output_copy`` entry of a graph output copied by :func:`copy_value` (a sequence, an
+#: optional, or a value of unknown type).
+DEEP = "deep"
+
+
+def copy_value(value: Any) -> Any:
+    """A copy of a run-time value: an array copied, a sequence (list) copied element by
+    element, None (an empty optional) as it is."""
+    if value is None:
+        return None
+    if type(value) is list:
+        return [copy_value(x) for x in value]
+    return np.array(value, copy=True)
 
 
 def _size_expr(shape, dtype) -> Optional[Any]:

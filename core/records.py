@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable, NoReturn, Optional, Sequence, Union
 
 import numpy as np
 
+from .dtypes import ValueType
 from .errors import ShapeInferenceError
 from .symbolic import Expr, sym
 
@@ -72,7 +73,9 @@ class OpDef:
             known and the op is ``deterministic`` (then the kernel folds them).
         aliases: ``(output, input)`` pairs where the output may be a view of the input.
         data_dependent: output shapes depend on input data (NonZero, TopK with runtime k).
-        deterministic: False for random ops: never constant-folded.
+        deterministic: False for random ops: never constant-folded. Also False for ops that
+            make a sequence or optional from tensors alone (SequenceEmpty, SplitToSequence...):
+            a container is never a host constant, so constant folding must not run them.
         plugin: set by the registry to the name of the plugin that registered the record.
     """
 
@@ -206,9 +209,9 @@ class InferContext:
 
     # errors, fresh symbols and assumptions -----------------------------------
     def fail(self, message: str, kind: str = "") -> NoReturn:
-        """Raise :class:`ShapeInferenceError` naming this node, its op and input shapes."""
-        shapes = ", ".join("absent" if s is None else "(" + ", ".join(map(str, s)) + ")"
-                           for s in self.input_shapes)
+        """Raise :class:`ShapeInferenceError` naming this node, its op and input shapes (a
+        sequence or optional input, which has no shape, by its type)."""
+        shapes = ", ".join(_shape_text(s, self.dtype(i)) for i, s in enumerate(self.input_shapes))
         name = self.node.name or "<unnamed>"
         raise ShapeInferenceError(
             f"{self.node.op_type} node '{name}': {message} (input shapes: {shapes})",
@@ -239,6 +242,12 @@ class InferContext:
             return test(int(diff), 0)
         self.guards.append((a, relation, b))
         return True
+
+
+def _shape_text(shape, dtype) -> str:
+    if shape is not None:
+        return "(" + ", ".join(map(str, shape)) + ")"
+    return str(dtype) if isinstance(dtype, ValueType) else "absent"
 
 
 # dtype inference helpers ------------------------------------------------------

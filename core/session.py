@@ -18,6 +18,7 @@ from typing import Any, Mapping, Optional, Sequence
 import numpy as np
 import onnx
 
+from .dtypes import OptionalType, SequenceType, type_key, value_type_string
 from .engine import Engine
 from .errors import (DimParamMismatch, InputDtypeMismatch, InputFixedDimMismatch, InputNameError,
                      InputRankMismatch, InvalidArgumentError, InvalidFeedError, RunTerminated)
@@ -61,6 +62,9 @@ def _feed_checker(inputs: Sequence[ValueInfo]):
     w.emit("def fit(a):", 0)
     conds = []
     for pos, vi in enumerate(inputs):
+        if vi.is_container:   # lists and None were checked by feed_array; an array is checked in full
+            conds.append(f"type(a[{pos}]) is {w.const(np.ndarray, 'nd')}")
+            continue
         want = vi.dtype
         if want is not None and want != object:
             conds.append(f"a[{pos}].dtype != {w.const(want, 'd')}")
@@ -90,33 +94,71 @@ def feed_array(vi: ValueInfo, value: Any) -> np.ndarray:
     tuples, scalars and numpy scalars take the declared element type (ints may become
     floats; floats never silently become ints).
 
+    A sequence input (``seq(...)``) takes a list (or tuple) of arrays, each converted so;
+    an optional input (``optional(...)``) takes None (empty) or its element.
+
     Raises:
-        InvalidFeedError: ``None``, an object that is not array-like, ragged lists.
-        InputDtypeMismatch: values of a kind that does not convert to the declared type.
+        InvalidFeedError: ``None`` for a tensor or sequence, an object that is not
+            array-like, ragged lists, an array for a sequence.
+        InputDtypeMismatch: values of a kind that does not convert to the declared type
+            (for a sequence: naming the element).
     """
+    if vi.value_type is not None:
+        return container_feed(vi.name, vi.value_type, value)
+    return _tensor_feed(f"input '{vi.name}'", vi.type, vi.dtype, value)
+
+
+def _tensor_feed(where: str, type_text: str, want: Optional[np.dtype], value: Any) -> np.ndarray:
     if value is None:
-        raise InvalidFeedError(f"input '{vi.name}': got None, expected {vi.type} (a numpy array or a list)")
-    want = vi.dtype
+        raise InvalidFeedError(f"{where}: got None, expected {type_text} (a numpy array or a list)")
     try:
         arr = np.asarray(value)
     except (ValueError, TypeError) as exc:
-        raise InvalidFeedError(f"input '{vi.name}': cannot make a {vi.type} tensor from the "
+        raise InvalidFeedError(f"{where}: cannot make a {type_text} tensor from the "
                                f"{type(value).__name__} given ({exc})") from None
     if want is None or arr.dtype == want:
         return arr
     if want == object:
         return arr if arr.dtype.kind in "OUS" else arr.astype(object)
     if arr.dtype.kind == "O":
-        raise InvalidFeedError(f"input '{vi.name}': cannot make a {vi.type} tensor from the {type(value).__name__} "
+        raise InvalidFeedError(f"{where}: cannot make a {type_text} tensor from the {type(value).__name__} "
                                "given (not a number, list of numbers or array)")
     if isinstance(value, np.ndarray) or not (np.can_cast(arr.dtype, want, "same_kind")
                                              or arr.dtype.kind in "biu" and want.kind in "biuf"):
-        raise InputDtypeMismatch(f"input '{vi.name}': expected {vi.type} (numpy {want}), got {type(value).__name__} "
+        raise InputDtypeMismatch(f"{where}: expected {type_text} (numpy {want}), got {type(value).__name__} "
                                  f"of numpy {arr.dtype}")
     return arr.astype(want)
 
 
+def container_feed(name: str, vtype: Any, value: Any, where: str = "") -> Any:
+    """A feed of a sequence/optional input checked against its declared type ``vtype``:
+    a sequence as a list whose elements are checked (and converted) in turn, an optional
+    as None or its element checked.
+
+    Raises:
+        InvalidFeedError / InputDtypeMismatch: naming the input (and the element).
+    """
+    at = f"input '{name}'{where}"
+    if isinstance(vtype, OptionalType):
+        return None if value is None else container_feed(name, vtype.elem, value, where)
+    if isinstance(vtype, SequenceType):
+        if not isinstance(value, (list, tuple)):
+            got = "None" if value is None else f"a {type(value).__name__}"
+            raise InvalidFeedError(f"{at}: expected {value_type_string(vtype)} (a list of arrays), got {got}")
+        return [container_feed(name, vtype.elem, x, f"{where} element {k}") for k, x in enumerate(value)]
+    if vtype is None:   # element type not declared: any array, list or None
+        if value is None or type(value) is list:
+            return value if value is None else [container_feed(name, None, x, f"{where} element {k}")
+                                                for k, x in enumerate(value)]
+        return value if type(value) is np.ndarray else _tensor_feed(at, "tensor", None, value)
+    if isinstance(value, list) and value and isinstance(value[0], np.ndarray):
+        raise InvalidFeedError(f"{at}: expected {value_type_string(vtype)}, got a list of arrays (a sequence)")
+    return _tensor_feed(at, value_type_string(vtype), vtype, value)
+
+
 def _node_arg(vi: ValueInfo) -> NodeArg:
+    if vi.is_container:   # as onnxruntime: an optional tensor shows its element's dims, a sequence []
+        return NodeArg(vi.name, [] if vi.elem_dims is None else [d.display for d in vi.elem_dims], vi.type)
     shape = None if vi.dims is None else [d.display for d in vi.dims]
     return NodeArg(vi.name, shape, vi.type)
 
@@ -334,9 +376,11 @@ class InferenceSession:
         """Run the model on ``input_feed`` and return the requested outputs (all when None).
 
         Feeds are numpy arrays of the declared element type; lists, scalars and numpy
-        scalars are converted to it (:func:`feed_array`). A feed for an initializer that is
-        also a graph input (``get_overridable_initializers()``) overrides it. Arrays returned
-        are never touched by a later or concurrent run.
+        scalars are converted to it (:func:`feed_array`). A sequence input (``seq(...)``)
+        takes a list of arrays, an optional input (``optional(...)``) None or its element;
+        sequence outputs are lists of arrays, an empty optional output is None. A feed for
+        an initializer that is also a graph input (``get_overridable_initializers()``)
+        overrides it. Arrays returned are never touched by a later or concurrent run.
 
         Raises:
             InputNameError: a required input is missing, or an unknown input/output name.
@@ -379,6 +423,10 @@ class InferenceSession:
         for i, a in enumerate(feeds):
             if type(a) is not np.ndarray:
                 feeds[i] = a = feed_array(self._inputs[i], a)
+                if type(a) is not np.ndarray:   # a sequence (list) or an empty optional (None), checked
+                    key.append(None)
+                    key.append(type_key(a))
+                    continue
             key.append(a.shape)
             key.append(a.dtype)
         key_t = tuple(key)
@@ -440,6 +488,11 @@ class InferenceSession:
 
     @staticmethod
     def _check_feed(vi: ValueInfo, arr: np.ndarray, bound: Optional[dict]) -> None:
+        if vi.is_container:
+            container_feed(vi.name, vi.value_type, arr)
+            if type(arr) is np.ndarray and vi.elem_dims is not None:   # an optional tensor's element
+                InferenceSession._check_feed(ValueInfo(vi.name, 0, vi.elem_dims), arr, None)
+            return
         want = vi.dtype
         if want is not None and arr.dtype != want and not (want == object and arr.dtype.kind in "OUS"):
             raise InputDtypeMismatch(f"input '{vi.name}': expected {vi.type} (numpy {want}), got numpy {arr.dtype}")
@@ -468,7 +521,8 @@ class InferenceSession:
         self._validate(input_feed)
         feeds = [a if isinstance(a, np.ndarray) else feed_array(vi, a)
                  for vi, a in zip(self._inputs, (input_feed[n] for n in self._input_names))]
-        key = tuple(x for a in feeds for x in (a.shape, a.dtype))
+        key = tuple(x for a in feeds for x in ((a.shape, a.dtype) if isinstance(a, np.ndarray)
+                                               else (None, type_key(a))))
         return self.engine.plan(key, feeds)
 
     def trim(self) -> None:

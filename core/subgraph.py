@@ -12,6 +12,7 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
+from .dtypes import type_key
 from .engine import Engine
 from .graph import prepare_graph
 from .inference import fold_constants
@@ -19,6 +20,8 @@ from .model import Graph, input_dim_exprs
 from .registry import Registry
 
 __all__ = ["SubgraphRunner"]
+
+_MISSING = object()
 
 
 class SubgraphRunner:
@@ -66,12 +69,19 @@ class SubgraphRunner:
         return self.engine.program
 
     def _arrays(self, feeds: Mapping[str, np.ndarray]) -> tuple[list, tuple]:
+        """The inputs in order and the signature key: shape and dtype of each array; a
+        sequence (list) or an empty optional (None) keys by its type (it has no shape)."""
         arrays, key = [], []
         for name in self.input_names:
-            a = feeds.get(name)
-            if a is None:
-                raise KeyError(f"subgraph '{self.graph.name}' needs '{name}'")
+            a = feeds.get(name, _MISSING)
             if type(a) is not np.ndarray:
+                if a is _MISSING:
+                    raise KeyError(f"subgraph '{self.graph.name}' needs '{name}'")
+                if a is None or type(a) is list:
+                    arrays.append(a)
+                    key.append(None)
+                    key.append(type_key(a))
+                    continue
                 a = np.asarray(a)
             arrays.append(a)
             key.append(a.shape)

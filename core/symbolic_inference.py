@@ -17,6 +17,11 @@ gets a status:
   its outputs are bound from what it produced and the rest of the program continues with
   its symbolic plan.
 
+Sequences and optionals (ONNX IR.md "Types") have no shape: their dtype is a
+:class:`~dynashape.dtypes.SequenceType` / :class:`~dynashape.dtypes.OptionalType` and their
+shape None, which (unlike a tensor of unknown rank) makes no node a binding point; the
+kernels make them at run time and they are never planned.
+
 Source: docs/SEEDS.md §6 (ONNX symbolic shape inference proposal), which this extends
 with symbolic expressions and binding points.
 """
@@ -28,6 +33,7 @@ from typing import Optional
 
 import numpy as np
 
+from .dtypes import ValueType
 from .graph import PreparedGraph
 from .node import NodeServices, choose_kernel, fold, infer, make_context
 from .registry import Registry
@@ -151,7 +157,8 @@ def _infer_node(sg: SymbolicGraph, idx: int, pn, registry: Registry, services, n
     except Exception as exc:  # noqa: BLE001 - e.g. a dtype no kernel takes: reported when run
         sg.failures[idx] = f"kernel: {exc}"
     sg.kernels.append(kernel)
-    if any(i >= 0 and shapes[i] is None for i in pn.all_inputs) or idx in sg.failures:
+    if any(i >= 0 and shapes[i] is None and not isinstance(dtypes[i], ValueType) for i in pn.all_inputs) \
+            or idx in sg.failures:
         _set_outputs(sg, pn, [None] * len(pn.outputs), _dtypes_or_none(pn, ctx, sg, idx))
         return BINDING
     try:
@@ -163,7 +170,7 @@ def _infer_node(sg: SymbolicGraph, idx: int, pn, registry: Registry, services, n
     _set_outputs(sg, pn, ctx.output_shapes, ctx.output_dtypes)
     outs = [o for o in pn.outputs if o >= 0]
     unbound = sg.fresh_symbols - sg.bound_symbols
-    if pn.opdef.data_dependent or any(shapes[o] is None or _mentions(shapes[o], unbound) for o in outs):
+    if pn.opdef.data_dependent or any(_unknown(shapes[o], dtypes[o]) or _mentions(shapes[o], unbound) for o in outs):
         return BINDING
     try:
         folded = fold(pn, kernel, ctx, values)
@@ -179,13 +186,19 @@ def _infer_node(sg: SymbolicGraph, idx: int, pn, registry: Registry, services, n
     return FOLDED
 
 
+def _unknown(shape, dtype) -> bool:
+    """A tensor whose rank is unknown. Sequences and optionals (container dtypes) have no
+    shape: their values are made by the kernels at run time, never planned."""
+    return shape is None and not isinstance(dtype, ValueType)
+
+
 def _mentions(dims, symbols: set) -> bool:
-    return bool(symbols) and any(free_symbols(d) & symbols for d in dims)
+    return bool(symbols) and dims is not None and any(free_symbols(d) & symbols for d in dims)
 
 
 def _dtypes_or_none(pn, ctx, sg: SymbolicGraph, idx: int) -> list:
     try:
-        return [np.dtype(d) if d is not None else None for d in pn.opdef.infer_dtype(ctx)]
+        return [d if d is None or isinstance(d, ValueType) else np.dtype(d) for d in pn.opdef.infer_dtype(ctx)]
     except Exception as exc:  # noqa: BLE001
         sg.failures.setdefault(idx, f"dtype: {type(exc).__name__}: {exc}")
         return [None] * len(pn.outputs)

@@ -1,4 +1,4 @@
-"""Control flow: If, Loop and Scan (all ONNX versions; tensor-typed values only).
+"""Control flow: If, Loop and Scan (all ONNX versions).
 
 Each subgraph attribute (``then_branch``/``else_branch``/``body``) runs through the runner
 the engine compiled for it (``ctx.services.subgraph(graph)``: a program of its own, made
@@ -12,6 +12,11 @@ values), and so is Scan (its body may be): the core infers and runs them when th
 reached, and the kernels return their outputs as fresh arrays. Inference reports the
 subgraphs' declared output types, with a fresh symbol for every dim a subgraph does not
 fix.
+
+Values are tensors, sequences (lists of arrays) or optionals (None or the element): If
+branches may return sequences/optionals and Loop may carry them (ONNX If-13+/Loop-13+
+allow sequence types, If-16+/Loop-16+ optional types); they pass through the runners as
+they are.
 """
 from __future__ import annotations
 
@@ -19,8 +24,10 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
+from dynashape.dtypes import is_container, merge_types
 from dynashape.errors import ExecutionError
 from dynashape.model import FIXED, Graph, ValueInfo
+from dynashape.program import copy_value
 from dynashape.records import InferContext, OpLibrary
 from dynashape.shapes import normalize_axis, numel
 
@@ -70,9 +77,10 @@ def _outer_values(plan: _Outer, node, inputs: Sequence) -> dict:
     return dict(zip(plan.names, extra))
 
 
-def _owned(a) -> np.ndarray:
-    """A copy of an input array: node outputs must not alias planned buffers."""
-    return np.array(a, copy=True)
+def _owned(a):
+    """A copy of an input value: node outputs must not alias planned buffers (a sequence is
+    copied element by element, an empty optional stays None)."""
+    return copy_value(a)
 
 
 # declared subgraph types -------------------------------------------------------------
@@ -85,7 +93,8 @@ def _declared_shape(ctx: InferContext, vi: ValueInfo, prefix: tuple = ()) -> tup
 
 
 def _declared_dtype(vi: ValueInfo):
-    return vi.dtype if vi.elem_type else None
+    """A subgraph value's declared type: a numpy dtype, a sequence/optional type, or None."""
+    return vi.dtype
 
 
 def _declared_outputs(g: Graph) -> tuple:
@@ -258,9 +267,19 @@ def _loop_shape(ctx: InferContext):
     return out
 
 
+def _carried_dtype(ctx: InferContext, body: Graph, j: int):
+    """A loop-carried value's type: the initial value's; for a sequence/optional, the body
+    output's declared type filled in from it (an optional(seq) initial value may be carried
+    on as the seq its body makes)."""
+    init, declared = ctx.dtype(2 + j), _declared_dtype(body.outputs[1 + j])
+    if is_container(declared):
+        return merge_types(declared, init)
+    return init
+
+
 def _loop_dtype(ctx: InferContext):
     body, n_carried, n_scan = _loop_body(ctx)
-    return ([ctx.dtype(2 + j) for j in range(n_carried)]
+    return ([_carried_dtype(ctx, body, j) for j in range(n_carried)]
             + [_declared_dtype(body.outputs[1 + n_carried + k]) for k in range(n_scan)])
 
 
