@@ -1,8 +1,9 @@
 """Import: an ONNX model (path, bytes or ModelProto) as a :class:`Graph` of plain objects.
 
 Each input dim keeps its kind (ONNX IR.md "Tensor shapes"): fixed (``dim_value``),
-symbolic (``dim_param``) or unknown (neither, or a ``dim_value`` <= 0: exporters such as
-Paddle2ONNX write -1 for a free dim, and onnxruntime reads it as unknown). Graph inputs that are also initializers
+symbolic (``dim_param``) or unknown (neither, or a negative ``dim_value``: exporters such as
+Paddle2ONNX write -1 for a free dim, and onnxruntime reads it as unknown; 0 is a real,
+empty dim). Graph inputs that are also initializers
 are not model inputs (IR.md: they are defaults that may be overridden; we treat them as
 constants, as ONNX Runtime does for models with ``ir_version >= 4``).
 """
@@ -16,7 +17,7 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, numpy_helper
 
-from .dtypes import np_dtype, type_string
+from .dtypes import OptionalType, SequenceType, np_dtype, type_string, value_type_string
 from .errors import ModelLoadError
 from .symbolic import Dim, sym
 
@@ -40,18 +41,36 @@ class DimSpec:
 
 @dataclass
 class ValueInfo:
-    """A named tensor's declared type: ONNX elem type, numpy dtype and dims (None: no shape)."""
+    """A named value's declared type: ONNX elem type, numpy dtype and dims (None: no shape).
+
+    A sequence or optional value (IR.md "Types": ``seq(T)``, ``optional(T)``) has
+    ``value_type`` set (a :class:`~dynashape.dtypes.SequenceType` /
+    :class:`~dynashape.dtypes.OptionalType`, also what ``dtype`` returns), ``elem_type`` 0
+    and ``dims`` None (a container has no tensor shape); ``elem_dims`` keeps the declared
+    dims of an ``optional(tensor)``'s element (what onnxruntime shows as its shape).
+    """
 
     name: str
     elem_type: int
     dims: Optional[tuple[DimSpec, ...]]
+    value_type: Any = None
+    elem_dims: Optional[tuple[DimSpec, ...]] = None
 
     @property
-    def dtype(self) -> Optional[np.dtype]:
+    def dtype(self) -> Any:
+        if self.value_type is not None:
+            return self.value_type
         return np_dtype(self.elem_type) if self.elem_type else None
 
     @property
+    def is_container(self) -> bool:
+        """True for a sequence or optional value."""
+        return self.value_type is not None
+
+    @property
     def type(self) -> str:
+        if self.value_type is not None:
+            return value_type_string(self.value_type)
         return type_string(self.elem_type)
 
     @property
@@ -135,7 +154,7 @@ def _dims(tt) -> Optional[tuple[DimSpec, ...]]:
         return None
     out = []
     for d in tt.shape.dim:
-        if d.HasField("dim_value") and d.dim_value > 0:
+        if d.HasField("dim_value") and d.dim_value >= 0:
             out.append(DimSpec(FIXED, int(d.dim_value)))
         elif d.dim_param:
             out.append(DimSpec(SYMBOLIC, d.dim_param))
@@ -144,12 +163,32 @@ def _dims(tt) -> Optional[tuple[DimSpec, ...]]:
     return tuple(out)
 
 
+def type_of(t: onnx.TypeProto) -> Any:
+    """The engine's type of an ONNX TypeProto: a numpy dtype for a tensor (None when its
+    elem type is undefined), :class:`SequenceType` / :class:`OptionalType` for containers
+    (element types nested), None for anything else (maps, opaque, an empty TypeProto)."""
+    kind = t.WhichOneof("value")
+    if kind in ("tensor_type", "sparse_tensor_type"):
+        elem = getattr(t, kind).elem_type
+        return np_dtype(elem) if elem else None
+    if kind == "sequence_type":
+        return SequenceType(type_of(t.sequence_type.elem_type) if t.sequence_type.HasField("elem_type") else None)
+    if kind == "optional_type":
+        return OptionalType(type_of(t.optional_type.elem_type) if t.optional_type.HasField("elem_type") else None)
+    return None
+
+
 def _value_info(vi: onnx.ValueInfoProto) -> ValueInfo:
     t = vi.type
     if t.HasField("tensor_type"):
         return ValueInfo(vi.name, t.tensor_type.elem_type, _dims(t.tensor_type))
     if t.HasField("sparse_tensor_type"):
         return ValueInfo(vi.name, t.sparse_tensor_type.elem_type, _dims(t.sparse_tensor_type))
+    if t.HasField("sequence_type") or t.HasField("optional_type"):
+        elem_dims = None
+        if t.HasField("optional_type") and t.optional_type.elem_type.HasField("tensor_type"):
+            elem_dims = _dims(t.optional_type.elem_type.tensor_type)
+        return ValueInfo(vi.name, 0, None, value_type=type_of(t), elem_dims=elem_dims)
     return ValueInfo(vi.name, 0, None)
 
 
@@ -177,6 +216,10 @@ def _attr_value(a: onnx.AttributeProto) -> Any:
         return [numpy_helper.to_array(x) for x in a.tensors]
     if t == AttributeProto.GRAPHS:
         return [_graph(g) for g in a.graphs]
+    if t == AttributeProto.TYPE_PROTO:
+        return type_of(a.tp)
+    if t == AttributeProto.TYPE_PROTOS:
+        return [type_of(x) for x in a.type_protos]
     raise ModelLoadError(f"attribute '{a.name}' has unsupported type {t}")
 
 

@@ -20,7 +20,7 @@ import threading
 import warnings
 from dataclasses import replace
 from importlib import metadata
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import pluggy
@@ -79,14 +79,30 @@ class Registry:
         return versions[i - 1]
 
     def resolve_kernel(self, domain: str, op_type: str, opset: int, dtype: Optional[np.dtype],
-                       node_name: str = "", device: str = "cpu") -> KernelDef:
-        """The kernel for a node at an opset and input dtype (highest priority first)."""
-        name = None if dtype is None else np.dtype(dtype).name
+                       node_name: str = "", device: str = "cpu", input_dtypes: Optional[Sequence] = None) -> KernelDef:
+        """The kernel for a node at an opset (highest priority first) whose ``dtypes`` accept
+        the dtype of its ``dtype_input``: read from ``input_dtypes`` (the node's input dtypes,
+        None where unknown) when given, else ``dtype`` for every kernel.
+
+        Raises:
+            UnsupportedOperatorError: no kernel fits (the message lists the registered ones).
+        """
+        if dtype is not None and not isinstance(dtype, np.dtype):
+            dtype = np.dtype(dtype)
+
+        def accepts(k: KernelDef) -> bool:
+            if k.dtypes is None:
+                return True
+            d = dtype if input_dtypes is None else (
+                input_dtypes[k.dtype_input] if k.dtype_input < len(input_dtypes) else None)
+            return not isinstance(d, np.dtype) or d.name in k.dtypes
+
         for k in self._kernels.get((domain, op_type), []):
-            if k.device == device and k.covers(opset) and (k.dtypes is None or name is None or name in k.dtypes):
+            if k.device == device and k.covers(opset) and accepts(k):
                 return k
+        name = None if dtype is None else dtype.name
         have = "; ".join(
-            f"{k.plugin}: opsets {k.since_version}..{k.end_version or 'latest'}, dtypes "
+            f"{k.plugin}: opsets {k.since_version}..{k.end_version or 'latest'}, dtypes of input {k.dtype_input} "
             f"{sorted(k.dtypes) if k.dtypes else 'any'}" for k in self._kernels.get((domain, op_type), [])) or "none"
         where = f" (node '{node_name}')" if node_name else ""
         raise UnsupportedOperatorError(

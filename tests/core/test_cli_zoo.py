@@ -18,6 +18,15 @@ SHAPES = ("odd", "small")
 #: largest max abs diff to ONNX Runtime of any output (the models' outputs are O(1)-O(10);
 #: the diffs seen are below 4e-6)
 TOLERANCE = 1e-4
+#: models whose outputs are compared more loosely, and why
+LOOSER = {
+    # box corners are pixel coordinates up to a few hundred: 1e-3 px is float32 rounding of the decode
+    "zoo/zoo2/detection/retinanet_tiny": 1e-3,
+    # --compare-ort runs onnxruntime at its default level, which fuses Q/DQ pairs into integer kernels
+    # that round differently (tests/models/test_zoo2_quant.py compares exactly with ORT_DISABLE_ALL):
+    # a few quantization steps (scale ~0.014) apart
+    "zoo/zoo2/quant/resnet_tiny_qdq": 0.1,
+}
 
 
 def _catalogue() -> dict:
@@ -45,8 +54,6 @@ def zoo_command(key: str) -> list[str]:
     return ["run", str(SHARED / folder / entry["file"]), *dim_args(entry), "--compare-ort"]
 
 
-#: how dynashape words an operator it has no definition for (UnsupportedOperatorError)
-UNSUPPORTED = "has no registered definition"
 OUTPUT = re.compile(r"^output (\S+): (.+) checksum=(\S+) max_abs_diff_vs_ort=(\S+)$")
 
 
@@ -56,12 +63,8 @@ def test_run_random_feeds_match_ort_on_every_zoo_model(key):
     args = zoo_command(key)
     result = CliRunner().invoke(main, args)
     assert isinstance(result.exception, (SystemExit, type(None))), repr(result.exception)  # no traceback
-    if UNSUPPORTED in result.output:  # contrib / quantization / sequence ops are later issues
-        assert result.exit_code == 1 and result.output.startswith("Error: operator ")
-        assert result.output.count("\n") == 1, result.output  # one line
-        pytest.skip(result.output.strip())
     assert result.exit_code == 0, f"dynashape {' '.join(args)}\n{result.output}"
     outputs = [OUTPUT.match(line) for line in result.output.splitlines() if line.startswith("output ")]
     assert outputs and all(outputs), result.output  # every output compared, none DIFFERS in shape
     diffs = {m[1]: float(m[4]) for m in outputs}
-    assert max(diffs.values()) <= TOLERANCE, diffs
+    assert max(diffs.values()) <= LOOSER.get(key, TOLERANCE), diffs

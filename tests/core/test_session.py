@@ -200,8 +200,8 @@ def test_a_dim_value_of_minus_one_is_an_unknown_dim():
     from onnx import TensorProto, helper
 
     graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "paddle_like",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, 0])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [-1, 3, 0])])
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, -1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [-1, 3, -1])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     sess = dynashape.InferenceSession(model)
     assert sess.get_inputs()[0].shape == [None, 3, None]
