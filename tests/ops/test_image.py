@@ -23,11 +23,16 @@ from dynashape.symbolic import Expr, sym
 from dynashape.testing import infer_node, run_node
 from onnx import TensorProto, helper
 
-from tests.conftest import assert_runs_match_ort, one_node_model, ort_run, spec_run
+from tests.conftest import assert_runs_match_ort, one_node_model, ort_or_spec, ort_predates, ort_run, spec_run
 
 pytest.importorskip("onnxruntime")
 
 ALLOCATORS = ("pool", "naive")
+#: onnxruntime < 1.25 has no DeformConv kernel (https://github.com/microsoft/onnxruntime/pull/27393)
+#: and < 1.28 misplaces 3-D Col2Im blocks with strides or pads
+#: (https://github.com/microsoft/onnxruntime/issues/18156): compared with the ONNX spec there
+ORT_DEFORM_CONV = (1, 25)
+ORT_COL2IM_3D = (1, 28)
 
 
 def _rng(seed):
@@ -247,7 +252,7 @@ def _col2im_case(rng, img, block, dil, strides, pads, n=2, c=3):
 ])
 def test_col2im_matches_ort(img, block, dil, strides, pads):
     ins, attrs = _col2im_case(_rng(11), img, block, dil, strides, pads)
-    check("Col2Im", ins, attrs, 18)
+    check("Col2Im", ins, attrs, 18, oracle=ort_or_spec(ORT_COL2IM_3D if len(img) == 3 else None))
 
 
 def test_col2im_3d_dilated_against_reference():
@@ -322,7 +327,7 @@ def test_deform_conv_matches_ort(opset, kw):
     rng = _rng(14)
     c = 6 if kw.get("og") == 3 else 4
     ins, attrs = _deform_case(rng, 2, c, 4, (7, 8), (3, 2), **kw)
-    check("DeformConv", ins, attrs, opset, rtol=1e-4, atol=1e-4)
+    check("DeformConv", ins, attrs, opset, oracle=ort_or_spec(ORT_DEFORM_CONV), rtol=1e-4, atol=1e-4)
 
 
 def test_deform_conv_zero_offsets_is_conv_in_1d_and_3d():
@@ -349,7 +354,10 @@ def test_deform_conv_symbolic_shapes_one_session(allocator):
     for n, h, wd in ((1, 5, 5), (2, 9, 4), (3, 3, 7), (2, 9, 4)):
         x, _, off, _, mask = _deform_case(rng, n, 2, 3, (h, wd), (3, 3), pads=(1, 1, 1, 1), mask=True)[0]
         feeds.append({"in0": x, "in1": w, "in2": off, "in4": mask})
-    assert_runs_match_ort(model, feeds, allocator)
+    # onnx.reference sums the float32 samples in another order (up to 2e-6 off float64): the
+    # tolerance of test_deform_conv_matches_ort then
+    tol = {"rtol": 1e-4, "atol": 1e-4} if ort_predates(ORT_DEFORM_CONV) else {}
+    assert_runs_match_ort(model, feeds, allocator, ort_fixed_in=ORT_DEFORM_CONV, **tol)
 
 
 def test_deform_conv_symbolic_inference():

@@ -19,6 +19,8 @@ from dynashape.testing import infer_node, run_node
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
+from tests.conftest import expected_outputs
+
 ort = pytest.importorskip("onnxruntime")
 
 RNG = np.random.default_rng(1234)
@@ -50,6 +52,14 @@ def expected_ort(op, inputs, attrs, opset, n_out=1):
 def expected_ref(op, inputs, attrs, opset, n_out=1):
     m, feeds = _model(op, inputs, attrs, opset, n_out)
     return ReferenceEvaluator(m).run(None, feeds)
+
+
+def expected(ort_fixed_in):
+    """A ``check`` ref: onnxruntime, or the ONNX spec on an onnxruntime older than ``ort_fixed_in``."""
+    def ref(op, inputs, attrs, opset, n_out=1):
+        m, feeds = _model(op, inputs, attrs, opset, n_out)
+        return expected_outputs(m, feeds, ort_fixed_in)
+    return ref
 
 
 def check(op, inputs, attrs, *, opset=21, n_out=1, ref=expected_ort, rtol=1e-4, atol=1e-5):
@@ -238,7 +248,11 @@ def test_max_pool_matches_ort(attrs):
 @pytest.mark.parametrize("attrs", POOL_ATTRS)
 @pytest.mark.parametrize("include_pad", [0, 1])
 def test_average_pool_matches_ort(attrs, include_pad):
-    check("AveragePool", [rand(2, 3, 9, 10)], dict(attrs, count_include_pad=include_pad))
+    # With count_include_pad=1, onnxruntime < 1.25 ends the height window at pads[1] (width's
+    # begin pad) instead of pads[2], dividing by a wrong count on asymmetric pads:
+    # https://github.com/microsoft/onnxruntime/pull/27375
+    ref = expected(ort_fixed_in=(1, 25) if include_pad else None)
+    check("AveragePool", [rand(2, 3, 9, 10)], dict(attrs, count_include_pad=include_pad), ref=ref)
 
 
 @pytest.mark.parametrize("attrs", POOL_ATTRS[:4])

@@ -24,6 +24,12 @@ from tests.conftest import assert_broadcast_mismatch, assert_runs_match_ort, one
 INT64_MAX = np.iinfo(np.int64).max
 INT64_MIN = np.iinfo(np.int64).min
 rng = np.random.default_rng(0)
+#: onnxruntime < 1.25 does not load opset-26 models (CumProd, BitCast;
+#: https://github.com/microsoft/onnxruntime/pull/27601) and < 1.28 leaves a batch entry whose
+#: ReverseSequence length is 0 unwritten (https://github.com/microsoft/onnxruntime/issues/28490):
+#: compared with the ONNX spec there
+ORT_OPSET_26 = (1, 25)
+ORT_REVERSE_SEQUENCE_ZERO_LENGTH = (1, 28)
 
 
 def reference(op, inputs, attrs=None, *, opset=21, n_outputs=1):
@@ -747,7 +753,7 @@ def test_cumprod_symbolic_session_matches_ort(allocator):
     runs = [{"in0": f32(*s), "in1": i64(1).reshape(())} for s in [(2, 5), (1, 1), (4, 3), (3, 0)]]
     model, _ = one_node_model("CumProd", [runs[0]["in0"], runs[0]["in1"]], {"exclusive": 1, "reverse": 1}, 26,
                               dims=[["N", "M"], []])
-    sess = assert_runs_match_ort(model, runs, allocator)
+    sess = assert_runs_match_ort(model, runs, allocator, ort_fixed_in=ORT_OPSET_26)
     assert sess.get_outputs()[0].shape == ["N", "M"]
 
 
@@ -809,7 +815,7 @@ def test_bitcast_symbolic_session_matches_ort(allocator):
     runs = [{"in0": f32(*s)} for s in [(2, 3), (1, 7), (0, 2)]]
     model, _ = one_node_model("BitCast", [runs[0]["in0"]], {"to": onnx.TensorProto.INT32}, 26,
                               out_dtype=np.int32, dims=[["N", "M"]])
-    sess = assert_runs_match_ort(model, runs, allocator)
+    sess = assert_runs_match_ort(model, runs, allocator, ort_fixed_in=ORT_OPSET_26)
     assert sess.get_outputs()[0].shape == ["N", "M"]
 
 
@@ -970,7 +976,7 @@ def test_reverse_sequence_symbolic_session_matches_ort(allocator):
     for t, b in [(4, 3), (1, 2), (6, 5), (3, 1)]:
         runs.append({"in0": f32(t, b, 2), "in1": rng.integers(0, t + 1, b).astype(np.int64)})
     model, _ = one_node_model("ReverseSequence", list(runs[0].values()), {}, 10, dims=[["T", "B", 2], ["L"]])
-    sess = assert_runs_match_ort(model, runs, allocator)
+    sess = assert_runs_match_ort(model, runs, allocator, ort_fixed_in=ORT_REVERSE_SEQUENCE_ZERO_LENGTH)
     assert sess.get_outputs()[0].shape == ["T", "B", 2]
 
 
