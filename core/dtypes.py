@@ -18,6 +18,8 @@ __all__ = [
     "type_string",
     "is_float",
     "is_integer",
+    "compute_dtype",
+    "as_dtype",
     "ELEM_TYPE_NAMES",
     "ValueType",
     "SequenceType",
@@ -57,6 +59,10 @@ ELEM_TYPE_NAMES: dict[int, str] = {
 for _name in ("FLOAT8E8M0", "UINT2", "INT2", "FLOAT6E2M3", "FLOAT6E3M2"):
     if hasattr(TensorProto, _name):
         ELEM_TYPE_NAMES[getattr(TensorProto, _name)] = _name.lower()
+
+
+_F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
 
 
 @lru_cache(maxsize=None)
@@ -99,6 +105,18 @@ def is_float(dtype: np.dtype) -> bool:
         return False
     dt = np.dtype(dtype)
     return dt.kind == "f" or (dt.kind == "V" and "float" in dt.name)
+
+
+def compute_dtype(*dtypes: Any) -> np.dtype:
+    """The dtype a float kernel computes in: float64 when any of ``dtypes`` (None ignored) is
+    float64, else float32 (float16, bfloat16 and the float8 types compute in float32 and are
+    cast back)."""
+    return _F64 if any(d is not None and np.dtype(d) == _F64 for d in dtypes) else _F32
+
+
+def as_dtype(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``x`` itself when it already has ``dtype``, else a converted copy."""
+    return x if x.dtype == dtype else x.astype(dtype)
 
 
 def is_integer(dtype: np.dtype) -> bool:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
-from dynashape.dtypes import is_float, np_dtype
+from dynashape.dtypes import as_dtype, compute_dtype, is_float, np_dtype
 from dynashape.errors import ExecutionError, ShapeInferenceError
 from dynashape.model import Graph
 from dynashape.records import InferContext, OpLibrary, same_dtype
@@ -40,14 +40,6 @@ _F64 = np.dtype(np.float64)
 # ----------------------------------------------------------------------------------------
 # shared helpers
 # ----------------------------------------------------------------------------------------
-
-def _cdtype(*dtypes) -> np.dtype:
-    """float64 when any of the dtypes is float64, else float32 (half types compute in float32)."""
-    return _F64 if any(d is not None and np.dtype(d) == _F64 for d in dtypes) else _F32
-
-
-def _as(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    return x if x.dtype == dtype else x.astype(dtype)
 
 
 def _store(out: np.ndarray, value: np.ndarray) -> None:
@@ -334,7 +326,7 @@ class _AttnPlan:
 
 def _attention_cdtype(ctx: InferContext) -> np.dtype:
     sp = ctx.attr("softmax_precision")
-    return _cdtype(ctx.dtype(0), ctx.dtype(2), _SOFTMAX_PRECISIONS.get(int(sp)) if sp is not None else None)
+    return compute_dtype(ctx.dtype(0), ctx.dtype(2), _SOFTMAX_PRECISIONS.get(int(sp)) if sp is not None else None)
 
 
 def _attention_prepare(ctx: InferContext) -> _AttnPlan:
@@ -451,7 +443,7 @@ def _attention(inputs, outputs, p: _AttnPlan):
     scale = p.scale if p.scale is not None else 1.0 / np.sqrt(dh)
     # the spec scales Q and K by sqrt(scale) in Q's dtype: the same rounding of the factor
     root = float(np.asarray(np.sqrt(scale), dtype=q.dtype).astype(np.float64))
-    np.matmul(_fold_heads(_as(q4, cd), hkv), _as(k_all, cd).swapaxes(-1, -2), out=scores)
+    np.matmul(_fold_heads(as_dtype(q4, cd), hkv), as_dtype(k_all, cd).swapaxes(-1, -2), out=scores)
     np.multiply(scores, root * root, out=scores)
     s4 = scores.reshape(b, hq, sq, total)
     if qk_out is not None and p.mode == 0:
@@ -477,7 +469,7 @@ def _attention(inputs, outputs, p: _AttnPlan):
             np.copyto(s4, 0, where=empty)
     if qk_out is not None and p.mode == 3:
         _store(qk_out, s4)
-    vc = _as(v_all, cd)
+    vc = as_dtype(v_all, cd)
     dv = vc.shape[-1]
     if not p.rank3 and y.dtype == cd:                       # Y (B, Hq, S_q, D_v) is the product's layout
         np.matmul(scores, vc, out=y.reshape(b, hkv, (hq // hkv) * sq, dv))
@@ -589,7 +581,7 @@ def _rotary(inputs, outputs, p: _RopePlan):
                 f"{n} positions (valid: [0, {n - 1}])", node=p.node, op_type="RotaryEmbedding",
                 kind="PositionOutOfRange")
         cos, sin = cos[pos], sin[pos]                    # (B, S, R/2)
-    cd = _cdtype(x.dtype)
+    cd = compute_dtype(x.dtype)
     if p.heads is not None:
         b, s, hd = x.shape
         xv = x.reshape(b, s, p.heads, hd // p.heads)
@@ -605,8 +597,8 @@ def _rotary(inputs, outputs, p: _RopePlan):
         a, b_ = (slice(0, rd, 2), slice(1, rd, 2))
     else:
         a, b_ = (slice(0, half), slice(half, rd))
-    x1, x2 = _as(xv[..., a], cd), _as(xv[..., b_], cd)
-    c, s_ = _as(cos, cd), _as(sin, cd)
+    x1, x2 = as_dtype(xv[..., a], cd), as_dtype(xv[..., b_], cd)
+    c, s_ = as_dtype(cos, cd), as_dtype(sin, cd)
     if y.dtype == cd:                        # y never aliases x (no in-place declared)
         y1, y2 = y[..., a], y[..., b_]
         np.multiply(x1, c, out=y1)
@@ -734,13 +726,13 @@ def _swiglu_shape(ctx: InferContext):
 
 
 def _swiglu_prepare(ctx: InferContext):
-    return float(ctx.attr("alpha", 1.0)), _cdtype(ctx.dtype(0))
+    return float(ctx.attr("alpha", 1.0)), compute_dtype(ctx.dtype(0))
 
 
 @lib.kernel("SwiGLU", prepare=_swiglu_prepare)
 def _swiglu(inputs, outputs, prepared):
     alpha, cd = prepared
-    a, b = _as(inputs[0], cd), _as(inputs[1], cd)
+    a, b = as_dtype(inputs[0], cd), as_dtype(inputs[1], cd)
     y = outputs[0]
     res = y if y.dtype == cd else np.empty(a.shape, cd)
     np.multiply(a, 0.5 * alpha, out=res)        # sigmoid(t) = 0.5 * tanh(t / 2) + 0.5
@@ -879,7 +871,7 @@ def _gate_heads(x: np.ndarray, kv_heads: int, dk: int, p: _LinPlan, what: str) -
     if last not in options:
         _lin_fail(p, f"{what}'s last dim {last} must be one of {sorted(options)}")
     heads, per = options[last]
-    return _as(x, _F32).reshape(b, t, heads, per).transpose(0, 2, 1, 3)
+    return as_dtype(x, _F32).reshape(b, t, heads, per).transpose(0, 2, 1, 3)
 
 
 def _linear_chunked(q5, k4, v4, g4, state, out, chunk: int) -> np.ndarray:
@@ -951,9 +943,9 @@ def _linear_attention(inputs, outputs, p: _LinPlan):
     g = hq // hkv
     dk = q.shape[2] // hq
     dv = v.shape[2] // hkv
-    q5 = _as(q, _F32).reshape(b, t, hkv, g, dk).transpose(0, 2, 3, 1, 4)    # (B, H_kv, G, T, d_k)
-    k4 = _as(_to_heads(k, hkv), _F32)
-    v4 = _as(_to_heads(v, hkv), _F32)
+    q5 = as_dtype(q, _F32).reshape(b, t, hkv, g, dk).transpose(0, 2, 3, 1, 4)    # (B, H_kv, G, T, d_k)
+    k4 = as_dtype(_to_heads(k, hkv), _F32)
+    v4 = as_dtype(_to_heads(v, hkv), _F32)
     g4 = None if decay is None else _gate_heads(decay, hkv, dk, p, "decay")
     b4 = None if beta is None else _gate_heads(beta, hkv, dk, p, "beta")
     state = np.zeros((b, hkv, dk, dv), _F32) if past is None else past.astype(_F32)
@@ -1027,13 +1019,13 @@ class _ConvPlan(NamedTuple):
 
 
 def _causal_conv_prepare(ctx: InferContext) -> _ConvPlan:
-    return _ConvPlan(ctx.num_outputs, ctx.attr("activation", "none") in ("silu", "swish"), _cdtype(ctx.dtype(0)))
+    return _ConvPlan(ctx.num_outputs, ctx.attr("activation", "none") in ("silu", "swish"), compute_dtype(ctx.dtype(0)))
 
 
 def _causal_conv_scratch(ctx: InferContext) -> list:
     """The padded input (B, C, k - 1 + L) in the compute dtype."""
     x, w = ctx.shape(0), ctx.shape(1)
-    return [((x[0] * x[1] * (x[2] + w[2] - 1),), _cdtype(ctx.dtype(0)))]
+    return [((x[0] * x[1] * (x[2] + w[2] - 1),), compute_dtype(ctx.dtype(0)))]
 
 
 @lib.kernel("CausalConvWithState", prepare=_causal_conv_prepare, scratch=_causal_conv_scratch)
@@ -1053,14 +1045,14 @@ def _causal_conv(inputs, outputs, p: _ConvPlan):
     padded[:, :, k - 1:] = x
     y = outputs[0]
     acc = y if y.dtype == cd else np.empty(x.shape, cd)
-    wc = _as(w, cd)
+    wc = as_dtype(w, cd)
     np.multiply(padded[:, :, 0:length], wc[:, 0, 0, None], out=acc)
     tmp = np.empty_like(acc) if k > 1 or p.silu else None
     for j in range(1, k):
         np.multiply(padded[:, :, j:j + length], wc[:, 0, j, None], out=tmp)
         acc += tmp
     if bias is not None:
-        acc += _as(bias, cd)[:, None]
+        acc += as_dtype(bias, cd)[:, None]
     if p.silu:
         if y.dtype != cd:       # the spec's conv result is in the input dtype before the activation
             acc[...] = acc.astype(y.dtype)
@@ -1096,7 +1088,7 @@ def _flex_dtypes(ctx: InferContext) -> tuple:
     mod = _softmax_precision(ctx)
     if mod is None:
         mod = _F64 if ctx.dtype(0) == _F64 else _F32
-    return mod, _cdtype(mod, ctx.dtype(0))
+    return mod, compute_dtype(mod, ctx.dtype(0))
 
 
 @lib.op("FlexAttention", since_version=1, domain=PREVIEW, infer_dtype=same_dtype(0))
@@ -1157,11 +1149,11 @@ def _flex_prepare(ctx: InferContext) -> _FlexPlan:
 
 
 def _run_mod(p: _FlexPlan, runner, x: np.ndarray, outer: dict, what: str) -> np.ndarray:
-    res = runner.run_list([_as(x, p.mod_dtype)], outer)[0]
+    res = runner.run_list([as_dtype(x, p.mod_dtype)], outer)[0]
     if res.shape != x.shape:
         raise ExecutionError(f"FlexAttention node '{p.node.name}': {what} returned shape {list(res.shape)}, "
                              f"expected its input's shape {list(x.shape)}")
-    return _as(np.asarray(res), p.cdtype)
+    return as_dtype(np.asarray(res), p.cdtype)
 
 
 @lib.kernel("FlexAttention", domain=PREVIEW, prepare=_flex_prepare)
@@ -1175,7 +1167,7 @@ def _flex(inputs, outputs, p: _FlexPlan):
     cd = p.cdtype
     scale = p.scale if p.scale is not None else 1.0 / np.sqrt(e)
     root = float(np.asarray(np.sqrt(np.float32(scale)), dtype=q.dtype).astype(np.float64))
-    scores = np.matmul(_fold_heads(_as(q, cd), hkv), _as(k, cd).swapaxes(-1, -2))
+    scores = np.matmul(_fold_heads(as_dtype(q, cd), hkv), as_dtype(k, cd).swapaxes(-1, -2))
     scores *= root * root
     s4 = scores.reshape(b, hq, lq, s)
     if p.score is not None:
@@ -1184,5 +1176,5 @@ def _flex(inputs, outputs, p: _FlexPlan):
         _softmax_rows(s4)
     if p.prob is not None:
         s4 = _run_mod(p, p.prob, s4, outer, "prob_mod")
-    res = np.matmul(np.ascontiguousarray(s4).reshape(b, hkv, (hq // hkv) * lq, s), _as(v, cd))
+    res = np.matmul(np.ascontiguousarray(s4).reshape(b, hkv, (hq // hkv) * lq, s), as_dtype(v, cd))
     _store(outputs[0], res.reshape(outputs[0].shape))

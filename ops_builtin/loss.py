@@ -16,7 +16,7 @@ SoftmaxCrossEntropyLoss-12/13.
 from __future__ import annotations
 
 import numpy as np
-from dynashape.dtypes import is_float
+from dynashape.dtypes import compute_dtype, is_float
 from dynashape.errors import ShapeInferenceError
 from dynashape.records import OpLibrary, same_dtype
 from dynashape.shapes import check_dims_equal
@@ -25,15 +25,8 @@ lib = OpLibrary()
 
 __all__ = ["lib"]
 
-_F32 = np.dtype(np.float32)
-_F64 = np.dtype(np.float64)
 _REDUCTIONS = ("none", "sum", "mean")
 _INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
-
-
-def _cdtype(dtype) -> np.dtype:
-    """float64 stays float64; float32, float16 and bfloat16 compute in float32."""
-    return _F64 if np.dtype(dtype) == _F64 else _F32
 
 
 def _reduction(ctx) -> str:
@@ -141,7 +134,7 @@ def _nll_shape(ctx):
 
 
 def _nll_prepare(ctx):
-    return _cdtype(ctx.dtype(0)), _ignore_index(ctx), _reduction(ctx), ctx.node.name
+    return compute_dtype(ctx.dtype(0)), _ignore_index(ctx), _reduction(ctx), ctx.node.name
 
 
 @lib.kernel("NegativeLogLikelihoodLoss", prepare=_nll_prepare)
@@ -179,17 +172,17 @@ def _wants_log_prob(ctx) -> bool:
 
 def _sce_direct(ctx) -> bool:
     """The log_prob output is written directly (it is requested and in the compute dtype)."""
-    return _wants_log_prob(ctx) and np.dtype(ctx.dtype(0)) == _cdtype(ctx.dtype(0))
+    return _wants_log_prob(ctx) and np.dtype(ctx.dtype(0)) == compute_dtype(ctx.dtype(0))
 
 
 def _sce_scratch(ctx) -> list:
     """log-probabilities (unless computed in the log_prob output) and exp(x - max)."""
-    shape, cdtype = tuple(ctx.shape(0)), _cdtype(ctx.dtype(0))
+    shape, cdtype = tuple(ctx.shape(0)), compute_dtype(ctx.dtype(0))
     return [(shape, cdtype)] * (1 if _sce_direct(ctx) else 2)
 
 
 def _sce_prepare(ctx):
-    return (_cdtype(ctx.dtype(0)), _ignore_index(ctx), _reduction(ctx), ctx.node.name, ctx.num_outputs,
+    return (compute_dtype(ctx.dtype(0)), _ignore_index(ctx), _reduction(ctx), ctx.node.name, ctx.num_outputs,
             _sce_direct(ctx))
 
 

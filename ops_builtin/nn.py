@@ -23,7 +23,7 @@ import itertools
 from dataclasses import dataclass
 
 import numpy as np
-from dynashape.dtypes import np_dtype
+from dynashape.dtypes import as_dtype, compute_dtype, np_dtype
 from dynashape.records import OpLibrary, same_dtype
 from dynashape.shapes import dim_max, dim_min, is_known, normalize_axis, numel, pool_output_dim
 
@@ -37,14 +37,6 @@ _F64 = np.dtype(np.float64)
 # ----------------------------------------------------------------------------------------
 # shared helpers
 # ----------------------------------------------------------------------------------------
-
-def _compute_dtype(dtype) -> np.dtype:
-    """float64 stays float64; every other float (float32, float16, bfloat16...) computes in float32."""
-    return _F64 if np.dtype(dtype) == _F64 else _F32
-
-
-def _as(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    return x if x.dtype == dtype else x.astype(dtype)
 
 
 def _store(out: np.ndarray, value: np.ndarray) -> None:
@@ -345,7 +337,7 @@ def _conv_setup(ctx) -> tuple:
     kernel = _spatial_kernel(ctx, x, w, required=False)
     geom = _window_geometry(ctx, x[2:], kernel)
     k = int(np.prod(kernel))
-    return (group, geom, tuple(geom.out), (x[0], x[1], w[0], k), _compute_dtype(ctx.dtype(0)),
+    return (group, geom, tuple(geom.out), (x[0], x[1], w[0], k), compute_dtype(ctx.dtype(0)),
             _conv_mode(x, w, group, k, geom))
 
 
@@ -453,8 +445,8 @@ def _conv_im2col(x, w, y, p: _ConvPlan, cols_buf: np.ndarray, res_buf: np.ndarra
 @lib.kernel("Conv", prepare=_conv_prepare, scratch=_conv_scratch)
 def _conv(inputs, outputs, p: _ConvPlan):
     """Conv into Y; temporaries come from the scratch buffers after Y (see _conv_scratch)."""
-    x = _as(inputs[0], p.cdtype)
-    w = _as(inputs[1], p.cdtype)
+    x = as_dtype(inputs[0], p.cdtype)
+    w = as_dtype(inputs[1], p.cdtype)
     y = outputs[0]
     size = int(np.prod(p.out_shape))
     n_tmp = 2 if p.mode == "im2col" else 1 if p.mode == "depthwise" else 0
@@ -469,7 +461,7 @@ def _conv(inputs, outputs, p: _ConvPlan):
         _conv_im2col(x, w, res, p, _scratch(outputs, 1, int(np.prod(first.cols_shape)), p.cdtype),
                      _scratch(outputs, 2, int(np.prod(first.res_shape)), p.cdtype))
     if len(inputs) > 2 and inputs[2] is not None:
-        np.add(res, _as(inputs[2], p.cdtype).reshape(p.bias_shape), out=res)
+        np.add(res, as_dtype(inputs[2], p.cdtype).reshape(p.bias_shape), out=res)
     _store(y, res)
 
 
@@ -568,7 +560,7 @@ def _conv_transpose_prepare(ctx) -> _ConvTPlan:
     n, c = x[0], x[1]
     mg = w[1]
     return _ConvTPlan(
-        cdtype=_compute_dtype(ctx.dtype(0)), w_shape=(group, c // group, mg * k),
+        cdtype=compute_dtype(ctx.dtype(0)), w_shape=(group, c // group, mg * k),
         x_shape=(n, group, c // group, int(np.prod(x[2:]))), cols_shape=(n, mg * group, k) + tuple(x[2:]),
         taps=tuple((b, (slice(None), slice(None), t) + a[2:]) for t, a, b in taps),
         bias_shape=(mg * group,) + (1,) * len(out), tiling=tiling)
@@ -576,8 +568,8 @@ def _conv_transpose_prepare(ctx) -> _ConvTPlan:
 
 @lib.kernel("ConvTranspose", prepare=_conv_transpose_prepare)
 def _conv_transpose(inputs, outputs, p: _ConvTPlan):
-    x = _as(inputs[0], p.cdtype)
-    w = _as(inputs[1], p.cdtype)
+    x = as_dtype(inputs[0], p.cdtype)
+    w = as_dtype(inputs[1], p.cdtype)
     cols = np.matmul(w.reshape(p.w_shape).transpose(0, 2, 1), x.reshape(p.x_shape))
     cols = cols.reshape(p.cols_shape)
     y = outputs[0]
@@ -591,7 +583,7 @@ def _conv_transpose(inputs, outputs, p: _ConvTPlan):
             view = res[dst]
             np.add(view, cols[src], out=view)
     if len(inputs) > 2 and inputs[2] is not None:
-        np.add(res, _as(inputs[2], p.cdtype).reshape(p.bias_shape), out=res)
+        np.add(res, as_dtype(inputs[2], p.cdtype).reshape(p.bias_shape), out=res)
     _store(y, res)
 
 
@@ -690,7 +682,7 @@ def _avg_divisor(ctx, in_spatial, geom: _Geometry) -> np.ndarray:
     div = counts[0].astype(np.float64)
     for cnt in counts[1:]:
         div = np.multiply.outer(div, cnt)
-    return np.maximum(div, 1).astype(_compute_dtype(ctx.dtype(0)))
+    return np.maximum(div, 1).astype(compute_dtype(ctx.dtype(0)))
 
 
 def _max_index_plan(ctx, x, taps):
@@ -726,7 +718,7 @@ def _lowest(dtype: np.dtype):
 
 @lib.kernel("MaxPool", prepare=_max_pool_prepare)
 def _max_pool(inputs, outputs, p: _PoolPlan):
-    x = _as(inputs[0], p.cdtype)
+    x = as_dtype(inputs[0], p.cdtype)
     y = outputs[0]
     res = y if y.dtype == p.cdtype else np.empty(y.shape, p.cdtype)
     if p.index is not None:
@@ -773,12 +765,12 @@ def _average_pool_shape(ctx):
 
 
 def _average_pool_prepare(ctx) -> _PoolPlan:
-    return _pool_plan(ctx, dilations_since=19, cdtype=_compute_dtype(ctx.dtype(0)), divisor=True)
+    return _pool_plan(ctx, dilations_since=19, cdtype=compute_dtype(ctx.dtype(0)), divisor=True)
 
 
 @lib.kernel("AveragePool", prepare=_average_pool_prepare)
 def _average_pool(inputs, outputs, p: _PoolPlan):
-    x = _as(inputs[0], p.cdtype)
+    x = as_dtype(inputs[0], p.cdtype)
     y = outputs[0]
     res = y if y.dtype == p.cdtype else np.empty(y.shape, p.cdtype)
     _sum_pool(x, res, p)
@@ -797,7 +789,7 @@ def _lp_pool_shape(ctx):
 
 
 def _lp_pool_prepare(ctx) -> _PoolPlan:
-    return _pool_plan(ctx, dilations_since=18, cdtype=_compute_dtype(ctx.dtype(0)),
+    return _pool_plan(ctx, dilations_since=18, cdtype=compute_dtype(ctx.dtype(0)),
                       p=float(ctx.attr("p", 2)))
 
 
@@ -814,7 +806,7 @@ def _root(res, p: float):
 
 @lib.kernel("LpPool", prepare=_lp_pool_prepare)
 def _lp_pool(inputs, outputs, p: _PoolPlan):
-    x = _abs_pow(_as(inputs[0], p.cdtype), p.p)
+    x = _abs_pow(as_dtype(inputs[0], p.cdtype), p.p)
     y = outputs[0]
     res = y if y.dtype == p.cdtype else np.empty(y.shape, p.cdtype)
     _sum_pool(x, res, p)
@@ -836,13 +828,13 @@ def _global_pool_shape(ctx):
 
 def _global_prepare(ctx):
     rank = len(ctx.shape(0))
-    return _compute_dtype(ctx.dtype(0)), tuple(range(2, rank)), float(ctx.attr("p", 2))
+    return compute_dtype(ctx.dtype(0)), tuple(range(2, rank)), float(ctx.attr("p", 2))
 
 
 def _global_reduce(inputs, outputs, prepared, reduce):
     cdtype, axes, _ = prepared
     y = outputs[0]
-    x = _as(inputs[0], cdtype)
+    x = as_dtype(inputs[0], cdtype)
     if y.dtype == cdtype:
         reduce(x, axis=axes, keepdims=True, out=y)
     else:
@@ -889,7 +881,7 @@ def _global_lp_pool_shape(ctx):
 @lib.kernel("GlobalLpPool", prepare=_global_prepare)
 def _global_lp_pool(inputs, outputs, prepared):
     cdtype, axes, p = prepared
-    res = _abs_pow(_as(inputs[0], cdtype), p).sum(axis=axes, keepdims=True)
+    res = _abs_pow(as_dtype(inputs[0], cdtype), p).sum(axis=axes, keepdims=True)
     _root(res, p)
     _store(outputs[0], res)
 
@@ -945,7 +937,7 @@ def _batch_norm_shape(ctx):
 
 def _bn_prepare(ctx):
     x = ctx.shape(0)
-    cdtype = _compute_dtype(ctx.dtype(0))
+    cdtype = compute_dtype(ctx.dtype(0))
     param = ((x[1],) + (1,) * (len(x) - 2)) if len(x) > 2 else (x[1],)
     if ctx.opset < 9 and not int(ctx.attr("spatial", 1)) and ctx.shape(1) is not None \
             and numel(ctx.shape(1)) == numel(x[1:]):
@@ -958,8 +950,8 @@ def _bn_prepare(ctx):
 @lib.kernel("BatchNormalization", prepare=_bn_prepare)
 def _batch_norm(inputs, outputs, prepared):
     cdtype, param, eps, momentum, training, axes = prepared
-    x = _as(inputs[0], cdtype)
-    scale, bias, mean, var = (_as(a, cdtype).reshape(param) for a in inputs[1:5])
+    x = as_dtype(inputs[0], cdtype)
+    scale, bias, mean, var = (as_dtype(a, cdtype).reshape(param) for a in inputs[1:5])
     if training:
         batch_mean = x.mean(axis=axes)
         batch_var = x.var(axis=axes)
@@ -1007,16 +999,16 @@ def _normalize(x, axes, eps, cdtype):
 
 def _instance_prepare(ctx):
     rank = len(ctx.shape(0))
-    return (_compute_dtype(ctx.dtype(0)), tuple(range(2, rank)), (-1,) + (1,) * (rank - 2),
+    return (compute_dtype(ctx.dtype(0)), tuple(range(2, rank)), (-1,) + (1,) * (rank - 2),
             float(ctx.attr("epsilon", 1e-5)))
 
 
 @lib.kernel("InstanceNormalization", prepare=_instance_prepare)
 def _instance_norm(inputs, outputs, prepared):
     cdtype, axes, param, eps = prepared
-    y, _, _ = _normalize(_as(inputs[0], cdtype), axes, eps, cdtype)
-    y *= _as(inputs[1], cdtype).reshape(param)
-    y += _as(inputs[2], cdtype).reshape(param)
+    y, _, _ = _normalize(as_dtype(inputs[0], cdtype), axes, eps, cdtype)
+    y *= as_dtype(inputs[1], cdtype).reshape(param)
+    y += as_dtype(inputs[2], cdtype).reshape(param)
     _store(outputs[0], y)
 
 
@@ -1076,7 +1068,7 @@ def _layer_norm(inputs, outputs, prepared):
     """(X - mean) / sqrt(var + epsilon) * Scale + B over the normalised axes, into Y; the
     centred input and its squares live in scratch buffers."""
     cdtype, axes, eps, n = prepared
-    x = _as(inputs[0], cdtype)
+    x = as_dtype(inputs[0], cdtype)
     y = outputs[0]
     size = x.size
     centered = _scratch(outputs, n, size, cdtype).reshape(x.shape)
@@ -1087,9 +1079,9 @@ def _layer_norm(inputs, outputs, prepared):
     inv_std = 1.0 / np.sqrt(squares.mean(axis=axes, keepdims=True) + eps)
     result = y if y.dtype == cdtype else squares
     np.multiply(centered, inv_std, out=result)
-    np.multiply(result, _as(inputs[1], cdtype), out=result)
+    np.multiply(result, as_dtype(inputs[1], cdtype), out=result)
     if len(inputs) > 2 and inputs[2] is not None:
-        np.add(result, _as(inputs[2], cdtype), out=result)
+        np.add(result, as_dtype(inputs[2], cdtype), out=result)
     _store(y, result)
     for out, value in zip(outputs[1:n], (mean, inv_std)):
         if out is not None:
@@ -1123,7 +1115,7 @@ def _group_norm_shape(ctx):
 def _group_norm_prepare(ctx):
     x = ctx.shape(0)
     groups = int(ctx.attr("num_groups"))
-    cdtype = _compute_dtype(ctx.dtype(0))
+    cdtype = compute_dtype(ctx.dtype(0))
     if ctx.opset >= 21 and int(ctx.attr("stash_type", 1)) == 11:
         cdtype = _F64
     param = (x[1],) + (1,) * (len(x) - 2)
@@ -1134,10 +1126,10 @@ def _group_norm_prepare(ctx):
 @lib.kernel("GroupNormalization", prepare=_group_norm_prepare)
 def _group_norm(inputs, outputs, prepared):
     cdtype, grouped, eps, param, repeat = prepared
-    x = _as(inputs[0], cdtype)
+    x = as_dtype(inputs[0], cdtype)
     y, _, _ = _normalize(x.reshape(grouped), (2,), eps, cdtype)
     y = y.reshape(x.shape)
-    scale, bias = (_as(a, cdtype) for a in inputs[1:3])
+    scale, bias = (as_dtype(a, cdtype) for a in inputs[1:3])
     if repeat > 1:
         scale, bias = np.repeat(scale, repeat), np.repeat(bias, repeat)
     y *= scale.reshape(param)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from dynashape.dtypes import is_float, np_dtype
+from dynashape.dtypes import as_dtype, compute_dtype, is_float, np_dtype
 from dynashape.records import OpLibrary, same_dtype
 from dynashape.shapes import check_unidirectional, normalize_axes, normalize_axis
 
@@ -23,15 +23,6 @@ __all__ = ["lib"]
 
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
-
-
-def _cdtype(dtype) -> np.dtype:
-    """float64 stays float64; float32, float16 and bfloat16 compute in float32."""
-    return _F64 if np.dtype(dtype) == _F64 else _F32
-
-
-def _as(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    return x if x.dtype == dtype else x.astype(dtype)
 
 
 def _check_float(ctx, i: int, what: str) -> None:
@@ -92,14 +83,14 @@ def _rms_prepare(ctx):
 def _rms(inputs, outputs, prepared):
     """mean of squares (in the output buffer when it has the compute dtype), then x * rsqrt * scale."""
     cdtype, axes, eps = prepared
-    x, y = _as(inputs[0], cdtype), outputs[0]
+    x, y = as_dtype(inputs[0], cdtype), outputs[0]
     work = y if y.dtype == cdtype else np.empty(y.shape, cdtype)
     np.square(x, out=work)
     ms = work.mean(axis=axes, keepdims=True, dtype=cdtype)
     ms += eps
     np.sqrt(ms, out=ms)
     np.divide(x, ms, out=work)
-    np.multiply(work, _as(inputs[1], cdtype), out=work)
+    np.multiply(work, as_dtype(inputs[1], cdtype), out=work)
     if work is not y:
         np.copyto(y, work, casting="unsafe")
 
@@ -131,14 +122,14 @@ def _lp_shape(ctx):
 
 
 def _lp_prepare(ctx):
-    return (_cdtype(ctx.dtype(0)), normalize_axis(ctx, ctx.attr("axis", -1), len(ctx.shape(0))), _lp_p(ctx))
+    return (compute_dtype(ctx.dtype(0)), normalize_axis(ctx, ctx.attr("axis", -1), len(ctx.shape(0))), _lp_p(ctx))
 
 
 @lib.kernel("LpNormalization", prepare=_lp_prepare)
 def _lp(inputs, outputs, prepared):
     """The norm by a keepdims sum of |x| or x^2, then one divide; zero norms give 0."""
     cdtype, axis, p = prepared
-    x, y = _as(inputs[0], cdtype), outputs[0]
+    x, y = as_dtype(inputs[0], cdtype), outputs[0]
     if p == 1:
         norm = np.abs(x).sum(axis=axis, keepdims=True, dtype=cdtype)
     else:
@@ -181,14 +172,14 @@ def _mvn_shape(ctx):
 
 
 def _mvn_prepare(ctx):
-    return _cdtype(ctx.dtype(0)), tuple(_mvn_axes(ctx, len(ctx.shape(0))))
+    return compute_dtype(ctx.dtype(0)), tuple(_mvn_axes(ctx, len(ctx.shape(0))))
 
 
 @lib.kernel("MeanVarianceNormalization", prepare=_mvn_prepare)
 def _mvn(inputs, outputs, prepared):
     """Centre (into the output when it has the compute dtype), then divide by std + 1e-9."""
     cdtype, axes = prepared
-    x, y = _as(inputs[0], cdtype), outputs[0]
+    x, y = as_dtype(inputs[0], cdtype), outputs[0]
     if x.size == 0:
         return
     work = y if y.dtype == cdtype else np.empty(y.shape, cdtype)
@@ -230,14 +221,14 @@ def _lrn_prepare(ctx):
     size = _lrn_size(ctx)
     alpha, beta, bias = (float(ctx.attr(n, d)) for n, d in (("alpha", 1e-4), ("beta", 0.75), ("bias", 1.0)))
     below, above = math.floor((size - 1) / 2), math.ceil((size - 1) / 2)
-    return _cdtype(ctx.dtype(0)), below, above, alpha / size, beta, bias
+    return compute_dtype(ctx.dtype(0)), below, above, alpha / size, beta, bias
 
 
 @lib.kernel("LRN", prepare=_lrn_prepare)
 def _lrn(inputs, outputs, prepared):
     """The window sum of squares as one shifted add per channel offset (``size`` of them)."""
     cdtype, below, above, scale, beta, bias = prepared
-    x, y = _as(inputs[0], cdtype), outputs[0]
+    x, y = as_dtype(inputs[0], cdtype), outputs[0]
     c = x.shape[1]
     sq = np.square(x)
     acc = sq.copy()

@@ -12,7 +12,7 @@ HammingWindow-17, BlackmanWindow-17, MelWeightMatrix-17.
 from __future__ import annotations
 
 import numpy as np
-from dynashape.dtypes import np_dtype
+from dynashape.dtypes import compute_dtype, np_dtype
 from dynashape.records import OpLibrary, same_dtype
 from dynashape.shapes import check_dims_equal, numel
 from dynashape.symbolic import Expr
@@ -74,14 +74,9 @@ def _check_complex_axis(ctx, last, what: str, complex_only: bool = False) -> Non
         ctx.fail(f"the last axis of {what} is {last}, expected {want}", kind="InvalidComplexAxis")
 
 
-def _work_dtype(dtype) -> np.dtype:
-    """The real dtype the transforms run in: float64 stays, every other float is float32."""
-    return _F64 if np.dtype(dtype) == _F64 else _F32
-
-
 def _as_complex(x: np.ndarray) -> np.ndarray:
     """The signal of a [..., 1] (real) or [..., 2] (complex) tensor, without the last axis."""
-    work = _work_dtype(x.dtype)
+    work = compute_dtype(x.dtype)
     if x.shape[-1] == 1:
         return x[..., 0].astype(work, copy=False)
     out = np.empty(x.shape[:-1], dtype=np.complex128 if work == _F64 else np.complex64)
@@ -286,7 +281,7 @@ def _stft(inputs, outputs, onesided):
     frames = (x.shape[1] - fl) // step + 1
     view = np.lib.stride_tricks.sliding_window_view(signal, fl, axis=1)[:, ::step][:, :frames]
     if window is not None:
-        view = view * window.astype(_work_dtype(x.dtype), copy=False)
+        view = view * window.astype(compute_dtype(x.dtype), copy=False)
     if not onesided:
         y = np.fft.fft(view, axis=-1)
     elif np.iscomplexobj(view):
