@@ -88,6 +88,35 @@ def assert_runs_match_ort(model, feeds_list, allocator: str = "pool", ort_fixed_
     return sess
 
 
+def assert_same_output(got: np.ndarray, want, where: str = "", rtol: float = 1e-5, atol: float = 1e-6) -> None:
+    """``got`` equals ``want`` in shape and dtype (string tensors: object arrays of equal
+    strings, whatever numpy string dtype ``want`` has) and in values within rtol/atol."""
+    want = np.asarray(want)
+    assert got.shape == want.shape, (where, got.shape, want.shape)
+    if want.dtype == object or want.dtype.kind in "US":
+        assert got.dtype == object, (where, got.dtype)
+        assert got.tolist() == want.tolist(), (where, got.tolist(), want.tolist())
+    else:
+        assert got.dtype == want.dtype, (where, got.dtype, want.dtype)
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=where)
+
+
+def assert_runs_match(model, feeds_list, want=None, rtol: float = 1e-5, atol: float = 1e-6) -> None:
+    """Every feed dict, in order, on ONE session per allocator ("pool", "naive"); each run's
+    outputs compared (count, dtype, shape, values) with ``want(feeds)`` (default: onnxruntime)."""
+    import dynashape
+
+    for allocator in ("pool", "naive"):
+        sess = dynashape.InferenceSession(model, allocator=allocator)
+        for k, feeds in enumerate(feeds_list):
+            feeds = {name: np.asarray(v) for name, v in feeds.items()}   # numpy scalars too: ORT takes arrays only
+            got = sess.run(None, feeds)
+            ref = want(feeds) if want is not None else ort_run(model, feeds)
+            assert len(got) == len(ref), (allocator, k, len(got), len(ref))
+            for g, w in zip(got, ref):
+                assert_same_output(g, w, f"{allocator} run {k}", rtol, atol)
+
+
 def assert_broadcast_mismatch(sess, feeds: dict, node: str) -> None:
     """``sess.run(feeds)`` raises ShapeInferenceError of kind BroadcastMismatch naming ``node``."""
     import dynashape

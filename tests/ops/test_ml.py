@@ -18,11 +18,14 @@ from dynashape.symbolic import sym
 from dynashape.testing import run_node
 from onnx import TensorProto, helper, numpy_helper
 
-from tests.conftest import ort_run
+from tests.conftest import assert_runs_match
 
 ML = "ai.onnx.ml"
 S, I64, F32, F64 = TensorProto.STRING, TensorProto.INT64, TensorProto.FLOAT, TensorProto.DOUBLE
 rng = np.random.default_rng(0)
+
+#: every feed on one session per allocator against onnxruntime (or want(feeds))
+runs_match = assert_runs_match
 
 
 def model(op, inputs, attrs, ml_opset, outs):
@@ -31,26 +34,6 @@ def model(op, inputs, attrs, ml_opset, outs):
         [helper.make_tensor_value_info(*i) for i in inputs],
         [helper.make_tensor_value_info(o, t, None) for o, t in outs])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ML, ml_opset)])
-
-
-def same(got, want, where=""):
-    want = np.asarray(want)
-    assert got.shape == want.shape, (where, got.shape, want.shape)
-    if want.dtype == object:
-        assert got.dtype == object and got.tolist() == want.tolist(), (where, got.tolist(), want.tolist())
-    else:
-        assert got.dtype == want.dtype, (where, got.dtype, want.dtype)
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=where)
-
-
-def runs_match(m, feeds_list, want=None):
-    for allocator in ("pool", "naive"):
-        sess = dynashape.InferenceSession(m, allocator=allocator)
-        for k, feeds in enumerate(feeds_list):
-            got = sess.run(None, feeds)
-            ref = want(feeds) if want is not None else ort_run(m, feeds)
-            for g, w in zip(got, ref):
-                same(g, w, f"{allocator} run {k}")
 
 
 def ml(op, inputs, attrs, opset, n_outputs=1):

@@ -6,6 +6,8 @@ numpy.fft directly; symbolic shape rules through the registered OpDefs.
 """
 from __future__ import annotations
 
+import functools
+
 import dynashape
 import numpy as np
 import onnx
@@ -18,10 +20,13 @@ from dynashape.testing import infer_node, run_node
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from tests.conftest import ort_predates, ort_run
+from tests.conftest import assert_runs_match, ort_predates
 
 rng = np.random.default_rng(0)
 F32 = TensorProto.FLOAT
+
+#: every feed on one session per allocator against onnxruntime (or want(feeds))
+runs_match = functools.partial(assert_runs_match, rtol=1e-4, atol=1e-4)
 
 
 def model(op, inputs, attrs, opset, *, consts=None, n_outputs=1, out_type=F32):
@@ -36,22 +41,6 @@ def model(op, inputs, attrs, opset, *, consts=None, n_outputs=1, out_type=F32):
         [helper.make_tensor_value_info(o, out_type, None) for o in outs],
         [numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-
-
-def runs_match(m, feeds_list, want=None, rtol=1e-4, atol=1e-4):
-    """Run every feed dict on one session per allocator; compare with ``want(feeds)`` (default:
-    onnxruntime) in dtype, shape and values."""
-    for allocator in ("pool", "naive"):
-        sess = dynashape.InferenceSession(m, allocator=allocator)
-        for k, feeds in enumerate(feeds_list):
-            feeds = {name: np.asarray(v) for name, v in feeds.items()}
-            got = sess.run(None, feeds)
-            ref = want(feeds) if want is not None else ort_run(m, feeds)
-            for g, w in zip(got, ref):
-                w = np.asarray(w)
-                assert g.dtype == w.dtype and g.shape == w.shape, (allocator, k, g.dtype, g.shape, w.dtype, w.shape)
-                np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol,
-                                           err_msg=f"{allocator} run {k}")
 
 
 def reference(m):

@@ -6,6 +6,8 @@ allocators), or with hand-computed values where onnxruntime differs from the spe
 """
 from __future__ import annotations
 
+import functools
+
 import dynashape
 import numpy as np
 import onnx
@@ -17,9 +19,12 @@ from dynashape.symbolic import sym
 from dynashape.testing import run_node
 from onnx import TensorProto, helper
 
-from tests.conftest import ort_predates, ort_run, spec_run
+from tests.conftest import assert_runs_match, ort_predates, spec_run
 
 S, I64, F32 = TensorProto.STRING, TensorProto.INT64, TensorProto.FLOAT
+
+#: every feed on one session per allocator against onnxruntime (or want(feeds))
+runs_match = functools.partial(assert_runs_match, rtol=1e-6, atol=1e-6)
 
 
 def strings(*items, shape=None):
@@ -34,29 +39,6 @@ def model(op, inputs, attrs, opset, outs):
         [helper.make_tensor_value_info(*i) for i in inputs],
         [helper.make_tensor_value_info(o, t, None) for o, t in outs])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-
-
-def same(got, want, where=""):
-    want = np.asarray(want)
-    assert got.shape == want.shape, (where, got.shape, want.shape)
-    if want.dtype == object or want.dtype.kind in "US":
-        assert got.dtype == object, (where, got.dtype)
-        assert got.tolist() == want.tolist(), (where, got.tolist(), want.tolist())
-    else:
-        assert got.dtype == want.dtype, (where, got.dtype, want.dtype)
-        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6, err_msg=where)
-
-
-def runs_match(m, feeds_list, want=None):
-    """Every feed dict on one session per allocator against onnxruntime (or ``want(feeds)``)."""
-    for allocator in ("pool", "naive"):
-        sess = dynashape.InferenceSession(m, allocator=allocator)
-        for k, feeds in enumerate(feeds_list):
-            got = sess.run(None, feeds)
-            ref = want(feeds) if want is not None else ort_run(m, feeds)
-            assert len(got) == len(ref)
-            for g, w in zip(got, ref):
-                same(g, w, f"{allocator} run {k}")
 
 
 @pytest.mark.parametrize("op", ["StringNormalizer", "StringConcat", "StringSplit", "RegexFullMatch",
