@@ -199,22 +199,19 @@ class _Forest:
         self.__dict__.update(fields)
 
 
-def _int_attr_list(ctx, name: str, required: bool = True):
-    v = ctx.attr(name)
-    if v is None:
-        if required:
-            ctx.fail(f"attribute '{name}' is required", kind="MissingAttribute")
-        return None
-    return np.asarray(v, dtype=np.int64).reshape(-1)
-
-
 def _tensor_attr(ctx, name: str, required: bool = True):
+    """Attribute ``name`` flattened to 1-D (None when absent and not ``required``)."""
     v = ctx.attr(name)
     if v is None:
         if required:
             ctx.fail(f"attribute '{name}' is required", kind="MissingAttribute")
         return None
     return np.asarray(v).reshape(-1)
+
+
+def _int_attr_list(ctx, name: str, required: bool = True):
+    v = _tensor_attr(ctx, name, required)
+    return None if v is None else v.astype(np.int64)
 
 
 def _forest(ctx) -> _Forest:
