@@ -81,8 +81,7 @@ def bumped_feeds(sess, feeds: dict) -> Optional[tuple[str, dict]]:
 def _ort_for(model: str, feeds: dict, threads: int):
     """(onnxruntime session that ran ``feeds`` once, or None; a note when there is none)."""
     try:
-        with open(model, "rb") as f:
-            sess = ort_session(f.read(), threads)
+        sess = ort_session(model, threads)
         if sess is not None:
             sess.run(None, feeds)
     except Exception as exc:  # onnxruntime raises its own error types

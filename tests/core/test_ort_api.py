@@ -152,6 +152,7 @@ def test_intra_op_num_threads_limits_blas_during_a_run_and_restores_it():
         return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
 
     before = blas_threads()
+    assert before, "numpy's BLAS is not visible to threadpoolctl: the limit would test nothing"
     limit = BlasThreads(1)
     limit.enter()
     limit.enter()                   # overlapping runs: the outer one restores
