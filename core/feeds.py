@@ -7,11 +7,12 @@ from typing import Optional
 
 import numpy as np
 
-from .dtypes import is_float, is_integer
+from .dtypes import is_container, is_float, is_integer
 from .errors import InvalidFeedError
 from .model import FIXED, SYMBOLIC, Graph
 
-__all__ = ["random_feeds", "input_shape", "unbound_dims", "dims_of_given", "index_bounds", "declared_shape"]
+__all__ = ["random_feeds", "input_shape", "check_tensor_inputs", "unbound_dims", "dims_of_given", "index_bounds",
+           "declared_shape"]
 
 #: op_type -> (indices input, table input) pairs: the indices' values must lie in
 #: [0, rows of the table along the op's axis) (Gather's ``axis`` attribute, else 0).
@@ -60,6 +61,20 @@ def input_shape(vi, dims: dict, shapes: dict) -> list[int]:
         raise InvalidFeedError(f"input '{vi.name}' axis {axis} ({declared_shape(vi)}): no value given for "
                                f"'{vi.dims[axis].value or f'{vi.name}:{axis}'}'")
     return out
+
+
+def check_tensor_inputs(inputs, given=()) -> None:
+    """Random feeds are tensors: an input of sequence or optional type not in ``given`` has none.
+
+    Raises:
+        InvalidFeedError: naming those inputs and their types.
+    """
+    containers = [vi for vi in inputs if is_container(vi.dtype) and vi.name not in given]
+    if containers:
+        raise InvalidFeedError(
+            "no random feeds for inputs of sequence/optional type: " + ", ".join(f"'{vi.name}' ({vi.type})"
+                                                                               for vi in containers)
+            + "; run the model from Python with a list (or None) for them")
 
 
 def unbound_dims(inputs, dims: dict, shapes: dict, given=()) -> list[str]:
@@ -189,6 +204,7 @@ def random_feeds(session, dims: Optional[dict] = None, shapes: Optional[dict] = 
     """
     dims, shapes, given = dict(dims or {}), shapes or {}, dict(given or {})
     inputs = session.model.graph.inputs
+    check_tensor_inputs(inputs, given)
     dims = {**dims_of_given(inputs, given), **dims}
     missing = unbound_dims(inputs, dims, shapes, given)
     if missing:

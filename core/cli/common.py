@@ -13,7 +13,7 @@ import click
 import numpy as np
 
 from ..errors import InvalidFeedError
-from ..feeds import declared_shape, dims_of_given, random_feeds, unbound_dims
+from ..feeds import check_tensor_inputs, declared_shape, dims_of_given, random_feeds, unbound_dims
 from ..model import FIXED, SYMBOLIC
 
 __all__ = ["FEEDS_HELP", "cli_errors", "describe_feeds", "feed_options", "feeds_from_options", "one_line",
@@ -254,6 +254,10 @@ def feeds_from_options(sess, dims, shapes, inputs, seed: int) -> dict:
     """
     graph_inputs = sess.model.graph.inputs
     dim_values, shape_values = _parse_dims(dims), _parse_shapes(shapes)
+    try:   # before any shape check: .npy/.npz files and --shape only make tensors
+        check_tensor_inputs(graph_inputs)
+    except InvalidFeedError as exc:
+        raise click.UsageError(str(exc))
     _check_dim_names(graph_inputs, dim_values)
     _check_shapes(sess, shape_values)
     given, sources = _load_inputs(inputs, graph_inputs)

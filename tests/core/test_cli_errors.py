@@ -299,3 +299,19 @@ def test_random_feeds_without_a_dim_raise_invalid_feed_error_listing_the_inputs(
     with pytest.raises(dynashape.InvalidFeedError, match=r"no value for dim\(s\) 'N', 'x:2', 'W' of the inputs "
                                                          r"x float32\[N, 3, \?, W\]"):
         random_feeds(dynashape.InferenceSession(image_model()))
+
+
+def test_a_sequence_input_is_named_instead_of_a_traceback(tmp_path):
+    """Random feeds are tensors: a seq(tensor(float)) input gets a one-line error naming it,
+    from the CLI and from random_feeds."""
+    seq = helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, None)
+    graph = helper.make_graph([helper.make_node("SequenceLength", ["s"], ["n"])], "g", [seq],
+                              [helper.make_tensor_value_info("n", TensorProto.INT64, [])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "seq.onnx"
+    path.write_bytes(model.SerializeToString())
+    result = CliRunner().invoke(main, ["run", str(path)])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "'s' (seq(tensor(float)))" in result.output and "sequence/optional" in result.output
+    with pytest.raises(dynashape.InvalidFeedError, match=r"'s' \(seq\(tensor\(float\)\)\)"):
+        random_feeds(dynashape.InferenceSession(model))
