@@ -11,11 +11,9 @@ import dynashape
 import numpy as np
 import onnx
 import pytest
-from dynashape.model import Node
-from dynashape.records import InferContext
 from dynashape.registry import get_registry
 from dynashape.symbolic import Expr, sym
-from dynashape.testing import infer_node, run_node
+from dynashape.testing import infer_node, infer_symbolic, run_node
 from onnx import TensorProto, helper
 
 from tests.conftest import assert_runs_match_ort, one_node_model, ort_run, spec_run
@@ -62,13 +60,6 @@ def _nms_check(ins, attrs, opset=11, oracle=ort_run):
     assert got.dtype == np.int64 and got.shape == want.shape, (got.shape, want.shape)
     np.testing.assert_array_equal(got, want)
     return got
-
-
-def infer_symbolic(op, shapes, dtypes, attrs, opset, values=None):
-    node = Node("n", op, "", tuple(f"i{k}" for k in range(len(shapes))), ("o0",), dict(attrs))
-    ctx = InferContext(node, opset, list(shapes), [np.dtype(d) for d in dtypes],
-                       list(values or [None] * len(shapes)), symbolic=True)
-    return get_registry().resolve_op("", op, opset).infer_shape(ctx), ctx
 
 
 # ------------------------------------------------------------------------------ NonMaxSuppression

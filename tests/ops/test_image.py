@@ -16,11 +16,9 @@ import dynashape
 import numpy as np
 import onnx
 import pytest
-from dynashape.model import Node
-from dynashape.records import InferContext
 from dynashape.registry import get_registry
 from dynashape.symbolic import Expr, sym
-from dynashape.testing import infer_node, run_node
+from dynashape.testing import infer_node, infer_symbolic, run_node
 from onnx import TensorProto, helper
 
 from tests.conftest import assert_runs_match_ort, one_node_model, ort_or_spec, ort_predates, ort_run, spec_run
@@ -46,13 +44,6 @@ def check(op, ins, attrs, opset, oracle=ort_run, rtol=1e-5, atol=1e-5):
     assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, got.shape, want.dtype, want.shape)
     np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol)
     return got
-
-
-def infer_symbolic(op, shapes, dtypes, attrs, opset, values=None):
-    node = Node("n", op, "", tuple(f"i{k}" for k in range(len(shapes))), ("o0",), dict(attrs))
-    ctx = InferContext(node, opset, list(shapes), [np.dtype(d) for d in dtypes],
-                       list(values or [None] * len(shapes)), symbolic=True)
-    return get_registry().resolve_op("", op, opset).infer_shape(ctx), ctx
 
 
 def expect_error(op, ins, attrs, opset, match, kind):

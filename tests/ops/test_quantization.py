@@ -12,11 +12,9 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import dynashape
-from dynashape.model import Node
-from dynashape.records import InferContext
 from dynashape.registry import get_registry
 from dynashape.symbolic import sym
-from dynashape.testing import infer_node, run_node
+from dynashape.testing import infer_node, infer_symbolic, run_node
 
 from tests.conftest import assert_runs_match_ort, expected_outputs
 
@@ -514,28 +512,21 @@ def test_integer_convs_through_changing_shapes(allocator):
 
 # symbolic inference --------------------------------------------------------------------------------
 
-def _infer_symbolic(op, shapes, dtypes, attrs, opset):
-    names = tuple(f"in{i}" if s is not None else "" for i, s in enumerate(shapes))
-    node = Node(f"{op}_t", op, "", names, ("out0",), dict(attrs))
-    ctx = InferContext(node, opset, list(shapes), [None if d is None else np.dtype(d) for d in dtypes],
-                       [None] * len(shapes), symbolic=True)
-    return get_registry().resolve_op("", op, opset).infer_shape(ctx), ctx
-
 
 def test_symbolic_inference():
     n, length, d = sym("N"), sym("L"), sym("D")
-    shapes, ctx = _infer_symbolic("QuantizeLinear", [(n, 3, length), (3,), (3,)],
+    shapes, ctx = infer_symbolic("QuantizeLinear", [(n, 3, length), (3,), (3,)],
                                   [np.float32, np.float32, np.int8], {"axis": 1}, 13)
     assert shapes == [(n, 3, length)] and not ctx.guards
     # blocked with a symbolic blocked dim: the scale's dim is assumed ceil(D / 4)
     s = sym("S")
-    shapes, ctx = _infer_symbolic("DequantizeLinear", [(n, d), (n, s)], [np.int8, np.float32],
+    shapes, ctx = infer_symbolic("DequantizeLinear", [(n, d), (n, s)], [np.int8, np.float32],
                                   {"axis": 1, "block_size": 4}, 21)
     assert shapes == [(n, d)] and len(ctx.guards) == 1
-    shapes, _ = _infer_symbolic("ConvInteger", [(n, 3, sym("H"), sym("W")), (4, 3, 3, 3)],
+    shapes, _ = infer_symbolic("ConvInteger", [(n, 3, sym("H"), sym("W")), (4, 3, 3, 3)],
                                 [np.uint8, np.int8], {"pads": [1, 1, 1, 1]}, 10)
     assert shapes[0][:2] == (n, 4) and str(shapes[0][2]) == "H" and str(shapes[0][3]) == "W"
-    shapes, _ = _infer_symbolic("DynamicQuantizeLinear", [(n, length)], [np.float32], {}, 11)
+    shapes, _ = infer_symbolic("DynamicQuantizeLinear", [(n, length)], [np.float32], {}, 11)
     assert shapes == [(n, length), (), ()]
 
 
