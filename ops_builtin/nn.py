@@ -7,7 +7,9 @@ positions to the input positions that tap reads (``in = out * stride + tap * dil
 pad_begin``). Kernels loop over taps (a few dozen at most), never over pixels:
 
 * Conv: im2col (one strided copy per tap) into ``(N, C, K, *out)``, then one batched
-  matmul ``(G, M/G, C/G*K) @ (N, G, C/G*K, OUT)`` writing the output directly.
+  matmul ``(G, M/G, C/G*K) @ (N, G, C/G*K, OUT)`` writing the output directly. The
+  reduction over ``C/G*K`` is blocked as onnxruntime's MLAS blocks it (see
+  ``_reduction_block``), so float32 results are bit-identical with onnxruntime's on x86.
 * ConvTranspose: one matmul to ``(N, M, K, *in)`` columns, then col2im as one strided
   slice-add per tap.
 * Max/Average/Lp pools: one strided ``maximum``/``add`` per tap; average divides by a
@@ -276,6 +278,7 @@ class _ConvPlan:
     bands: tuple         # _ConvBand per band; for pointwise/depthwise one band
     bias_shape: tuple
     out_shape: tuple
+    block: int = 1 << 62     # terms per matmul of the reduction (see _reduction_block)
 
 
 def _conv_bands(x, out, geom: _Geometry, group: int, m: int, k: int, itemsize: int) -> tuple:
@@ -311,6 +314,46 @@ def _im2col_taps_of(out: tuple, in_spatial: tuple, kernel: tuple, strides: tuple
     return tuple(((slice(None), t, slice(None)) + a[2:], b) for t, a, b in taps), all_full
 
 
+#: MLAS_SGEMM_STRIDEN / MLAS_SGEMM_STRIDEK of onnxruntime's MLAS (onnxruntime/core/mlas/lib/mlasi.h)
+_MLAS_STRIDE_N = 128
+_MLAS_STRIDE_K = 128
+
+
+def _reduction_block(pixels: int, depth: int) -> int:
+    """How many terms of a Conv's reduction (``depth`` = C/G * kernel taps) one matmul sums
+    before the partial result is added to the output, for ``pixels`` output positions per
+    image: MLAS's K stride (MlasConvOperation in onnxruntime/core/mlas/lib/convolve.cpp,
+    MlasSgemmOperation in sgemm.cpp): 128, doubled while the N stride can halve (N > 16,
+    N/2 >= pixels).
+
+    Each block is one fused multiply-add chain per output element, and blocks are added in
+    order; summing the same terms in one chain differs from onnxruntime by an ulp now and
+    then. That is harmless in a float model but not in a QDQ model, where a Conv output that
+    lands an ulp off an exact rounding tie of the next QuantizeLinear becomes a whole
+    quantization step, which every later layer carries.
+    """
+    stride_n, stride_k = _MLAS_STRIDE_N, _MLAS_STRIDE_K
+    if pixels < depth:
+        while stride_n > 16 and stride_n // 2 >= pixels:
+            stride_n //= 2
+            stride_k *= 2
+    return stride_k
+
+
+def _blocked_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, block: int,
+                    part: np.ndarray | None) -> None:
+    """``out = a @ b`` with the reduction axis summed ``block`` terms per matmul, the partial
+    products (in ``part``, of ``out``'s shape) added into ``out`` in order."""
+    depth = a.shape[-1]
+    if depth <= block:
+        np.matmul(a, b, out=out)
+        return
+    np.matmul(a[..., :block], b[..., :block, :], out=out)
+    for k0 in range(block, depth, block):
+        np.matmul(a[..., k0:k0 + block], b[..., k0:k0 + block, :], out=part)
+        np.add(out, part, out=out)
+
+
 def _conv_mode(x, w, group: int, k: int, geom: _Geometry) -> str:
     """How a Conv runs: "pointwise" (1x1, stride 1, no padding: X is its own im2col),
     "depthwise" (one channel per group) or "im2col"."""
@@ -343,21 +386,26 @@ def _conv_setup(ctx) -> tuple:
 
 def _conv_scratch(ctx) -> list:
     """Conv's temporaries, planned in the arena: the columns and products of one im2col band,
-    or the per-tap products of a depthwise Conv; and the result in the compute dtype when Y
-    is a half type."""
-    _, _, out, (n, c, m, k), cdtype, mode = _conv_setup(ctx)
+    or the per-tap products of a depthwise Conv; the result in the compute dtype when Y
+    is a half type; last, the partial products of a reduction longer than one block."""
+    group, _, out, (n, c, m, k), cdtype, mode = _conv_setup(ctx)
     full = n * m * numel(out)
+    part = []
     if mode == "im2col":
         rows = _conv_rows_per_band(n, c, k, out, cdtype.itemsize)
         band = n * rows * numel(out[1:])
         buffers = [((c * k * band,), cdtype), ((m * band,), cdtype)]
+        if (c // group) * k > _MLAS_STRIDE_K:
+            part = [((m * band,), cdtype)]
     elif mode == "depthwise":
         buffers = [((full,), cdtype)]
     else:
         buffers = []
+        if c // group > _MLAS_STRIDE_K:
+            part = [((full,), cdtype)]
     if np.dtype(ctx.dtype(0)) != cdtype:
         buffers.append(((full,), cdtype))
-    return buffers
+    return buffers + part
 
 
 def _scratch(outputs: list, k: int, size: int, dtype: np.dtype) -> np.ndarray:
@@ -374,10 +422,12 @@ def _conv_prepare(ctx) -> _ConvPlan:
     group, geom, out, (n, c, m, k), cdtype, mode = _conv_setup(ctx)
     bias_shape = (m,) + (1,) * len(out)
     out_shape = (n, m) + out
+    block = _reduction_block(int(np.prod(out)), (c // group) * k)
     if mode == "pointwise":
         size = int(np.prod(out))
         band = _ConvBand(None, (), (), False, (n, group, c // group, size), (n, group, m // group, size))
-        return _ConvPlan("pointwise", cdtype, (group, m // group, c // group), (band,), bias_shape, out_shape)
+        return _ConvPlan("pointwise", cdtype, (group, m // group, c // group), (band,), bias_shape, out_shape,
+                         block)
     if mode == "depthwise":
         taps, _ = _taps(out, x[2:], geom)
         # the tap that covers the whole output (the centre one, usually) goes first: it initialises
@@ -385,7 +435,8 @@ def _conv_prepare(ctx) -> _ConvPlan:
         band = _ConvBand(None, tuple(((t,) + a, b) for t, a, b in taps), (), True, (), ())
         return _ConvPlan("depthwise", cdtype, (k, 1, c) + (1,) * len(out), (band,), bias_shape, out_shape)
     bands = _conv_bands(x, out, geom, group, m, k, cdtype.itemsize)
-    return _ConvPlan("im2col", cdtype, (group, m // group, (c // group) * k), bands, bias_shape, out_shape)
+    return _ConvPlan("im2col", cdtype, (group, m // group, (c // group) * k), bands, bias_shape, out_shape,
+                     block)
 
 
 def _conv_depthwise(x, w, res, p: _ConvPlan, tmp: np.ndarray):
@@ -411,18 +462,22 @@ def _conv_depthwise(x, w, res, p: _ConvPlan, tmp: np.ndarray):
         np.add(view, part, out=view)
 
 
-def _conv_band(xt, wm, band: _ConvBand, cols: np.ndarray, res: np.ndarray) -> None:
-    """Fill the band's columns from X (viewed (C, N, *in)) and multiply into ``res``."""
+def _conv_band(xt, wm, band: _ConvBand, cols: np.ndarray, res: np.ndarray, block: int,
+               part_buf: np.ndarray | None) -> None:
+    """Fill the band's columns from X (viewed (C, N, *in)) and multiply into ``res``
+    (``part_buf``: flat scratch for the partial products of a blocked reduction)."""
     if band.zero_fill:
         cols.fill(0)
     for dst, src in band.taps:
         cols[dst] = xt[src]
-    np.matmul(wm, cols.reshape(band.mat_shape), out=res)
+    part = None if part_buf is None else part_buf[:res.size].reshape(res.shape)
+    _blocked_matmul(wm, cols.reshape(band.mat_shape), res, block, part)
 
 
-def _conv_im2col(x, w, y, p: _ConvPlan, cols_buf: np.ndarray, res_buf: np.ndarray):
-    """im2col + one matmul per band; ``cols_buf`` / ``res_buf``: flat scratch buffers of at
-    least the first band's columns and products."""
+def _conv_im2col(x, w, y, p: _ConvPlan, cols_buf: np.ndarray, res_buf: np.ndarray,
+                 part_buf: np.ndarray | None):
+    """im2col + one (blocked) matmul per band; ``cols_buf`` / ``res_buf`` / ``part_buf``: flat
+    scratch buffers of at least the first band's columns and products."""
     wm = w.reshape(p.w_shape)
     xt = x.swapaxes(0, 1)
     n, m = y.shape[0], y.shape[1]
@@ -430,16 +485,17 @@ def _conv_im2col(x, w, y, p: _ConvPlan, cols_buf: np.ndarray, res_buf: np.ndarra
     cols = cols_buf[:int(np.prod(first.cols_shape))].reshape(first.cols_shape)
     if len(p.bands) == 1:
         if n == 1:   # (G, M/G, 1, OUT) is the output's own layout
-            _conv_band(xt, wm, first, cols, y.reshape(first.res_shape))
+            _conv_band(xt, wm, first, cols, y.reshape(first.res_shape), p.block, part_buf)
         else:
             res = res_buf[:int(np.prod(first.res_shape))].reshape(first.res_shape)
-            _conv_band(xt, wm, first, cols, res)
+            _conv_band(xt, wm, first, cols, res, p.block, part_buf)
             y[...] = res.reshape((m, n) + y.shape[2:]).swapaxes(0, 1)
         return
     for band in p.bands:
-        part = res_buf[:int(np.prod(band.res_shape))].reshape(band.res_shape)
-        _conv_band(xt, wm, band, cols_buf[:int(np.prod(band.cols_shape))].reshape(band.cols_shape), part)
-        y[:, :, band.rows] = part.reshape((m, n) + band.cols_shape[3:]).swapaxes(0, 1)
+        res = res_buf[:int(np.prod(band.res_shape))].reshape(band.res_shape)
+        _conv_band(xt, wm, band, cols_buf[:int(np.prod(band.cols_shape))].reshape(band.cols_shape), res,
+                   p.block, part_buf)
+        y[:, :, band.rows] = res.reshape((m, n) + band.cols_shape[3:]).swapaxes(0, 1)
 
 
 @lib.kernel("Conv", prepare=_conv_prepare, scratch=_conv_scratch)
@@ -450,16 +506,22 @@ def _conv(inputs, outputs, p: _ConvPlan):
     y = outputs[0]
     size = int(np.prod(p.out_shape))
     n_tmp = 2 if p.mode == "im2col" else 1 if p.mode == "depthwise" else 0
-    res = y if y.dtype == p.cdtype else _scratch(outputs, 1 + n_tmp, size, p.cdtype).reshape(p.out_shape)
+    half = y.dtype != p.cdtype
+    res = _scratch(outputs, 1 + n_tmp, size, p.cdtype).reshape(p.out_shape) if half else y
     if p.mode == "pointwise":
         band = p.bands[0]
-        np.matmul(w.reshape(p.w_shape), x.reshape(band.mat_shape), out=res.reshape(band.res_shape))
+        out = res.reshape(band.res_shape)
+        part = _scratch(outputs, 1 + half, size, p.cdtype).reshape(out.shape) if band.mat_shape[2] > p.block else None
+        _blocked_matmul(w.reshape(p.w_shape), x.reshape(band.mat_shape), out, p.block, part)
     elif p.mode == "depthwise":
         _conv_depthwise(x, w, res, p, _scratch(outputs, 1, size, p.cdtype).reshape(p.out_shape))
     else:
         first = p.bands[0]
+        part = None
+        if first.mat_shape[1] > p.block:
+            part = _scratch(outputs, 3 + half, int(np.prod(first.res_shape)), p.cdtype)
         _conv_im2col(x, w, res, p, _scratch(outputs, 1, int(np.prod(first.cols_shape)), p.cdtype),
-                     _scratch(outputs, 2, int(np.prod(first.res_shape)), p.cdtype))
+                     _scratch(outputs, 2, int(np.prod(first.res_shape)), p.cdtype), part)
     if len(inputs) > 2 and inputs[2] is not None:
         np.add(res, as_dtype(inputs[2], p.cdtype).reshape(p.bias_shape), out=res)
     _store(y, res)

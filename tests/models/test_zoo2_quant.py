@@ -8,13 +8,12 @@ Runtime (single thread) within rtol 1e-3 / atol 1e-4.
   pools), against ORT with graph optimisations OFF: ORT otherwise fuses the QDQ pairs into
   integer kernels that round differently.
 
-One known limit, at the ``large`` shape of the QDQ model only: the float Conv between two
-QDQ pairs sums in another order than ORT's MLAS (results 1-2 ulp apart), and among 8x128x128
-pixels a few Conv outputs land exactly on a rounding tie of the next QuantizeLinear
-(``x / scale == k + 0.5``), which then rounds to the other integer; that one-step difference
-travels through the later layers. So at that shape, elements beyond the tolerance are
-allowed when they are few (<= 2%) and within 4 quantization steps of the output's own
-DequantizeLinear scale. small and odd compare strictly.
+Every shape compares strictly, QDQ included: a float Conv between two QDQ pairs whose
+output lands on an exact rounding tie of the next QuantizeLinear (``x / scale == k + 0.5``)
+rounds the same way only when the Conv's sum is bit-identical with onnxruntime's, which is
+why dynashape's Conv blocks its reduction as MLAS does (``_reduction_block`` in
+``ops_builtin/nn.py``; before it, 149 of 16,384 elements of the ``large`` shape's
+last_hidden_state were a few quantization steps off).
 """
 from __future__ import annotations
 
@@ -23,7 +22,6 @@ import json
 
 import numpy as np
 import pytest
-from onnx import numpy_helper
 
 import dynashape
 from tests.conftest import SHARED, load_shared_module, ort_session, shared_path
@@ -31,8 +29,6 @@ from tests.conftest import SHARED, load_shared_module, ort_session, shared_path
 SEQUENCE = ("small", "large", "odd", "small")
 #: key -> ORT graph optimisations off (QDQ models)
 MODELS = {"quant/bert_tiny_dynamic": False, "quant/resnet_tiny_qdq": True}
-#: (key, shape) where a few QuantizeLinear rounding ties may flip (see the module docstring)
-TIE_FLIPS = {("quant/resnet_tiny_qdq", "large")}
 
 
 def _entry(key: str) -> dict:
@@ -73,32 +69,13 @@ def _expected(key: str, shape: str) -> tuple:
     return tuple(_ort(key).run(None, _feeds(key, shape)))
 
 
-@functools.lru_cache(maxsize=None)
-def _output_steps(key: str) -> dict:
-    """Graph output -> the scale of the DequantizeLinear producing it (one quantization step)."""
-    import onnx
-
-    model = onnx.load(_path(key))
-    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
-    outputs = {o.name for o in model.graph.output}
-    return {node.output[0]: float(np.max(inits[node.input[1]])) for node in model.graph.node
-            if node.op_type == "DequantizeLinear" and node.output[0] in outputs}
-
-
 def _compare(key: str, shape: str, name: str, got: np.ndarray, exp: np.ndarray) -> None:
     assert got.shape == exp.shape, f"{key} {shape} {name}: shape {got.shape} != ORT {exp.shape}"
     assert got.dtype == exp.dtype, f"{key} {shape} {name}: dtype {got.dtype} != ORT {exp.dtype}"
     if got.dtype.kind != "f":
         np.testing.assert_array_equal(got, exp, err_msg=f"{key} at {shape}: {name}")
         return
-    if (key, shape) not in TIE_FLIPS:
-        np.testing.assert_allclose(got, exp, rtol=1e-3, atol=1e-4, err_msg=f"{key} at {shape}: {name}")
-        return
-    off = ~np.isclose(got, exp, rtol=1e-3, atol=1e-4)
-    step = _output_steps(key)[name]
-    worst = float(np.max(np.abs(got[off] - exp[off]), initial=0.0))
-    assert off.mean() <= 0.02, f"{key} at {shape}: {name}: {off.sum()} of {off.size} elements differ"
-    assert worst <= 4 * step + 1e-6, f"{key} at {shape}: {name}: off by {worst} > 4 steps of {step}"
+    np.testing.assert_allclose(got, exp, rtol=1e-3, atol=1e-4, err_msg=f"{key} at {shape}: {name}")
 
 
 @pytest.mark.parametrize("allocator", ["pool", "naive"])

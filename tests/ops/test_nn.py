@@ -5,6 +5,8 @@ float64 and a few cases ORT lacks against onnx.reference.ReferenceEvaluator.
 """
 from __future__ import annotations
 
+import platform
+
 import dynashape
 import ml_dtypes
 import numpy as np
@@ -115,6 +117,56 @@ def test_conv_banded_im2col(monkeypatch):
     for xs, ws, bias, attrs in CONV_CASES:
         inputs = [rand(*xs), rand(*ws)] + ([rand(ws[0])] if bias else [])
         check("Conv", inputs, attrs)
+
+
+@pytest.mark.parametrize("pixels,depth,block", [
+    (256, 288, 128), (4096, 147, 128), (64, 288, 256), (32, 100, 512), (16, 576, 1024),
+    (4, 1152, 1024), (300, 300, 128), (8, 64, 1024)])
+def test_conv_reduction_block_follows_mlas(pixels, depth, block):
+    """MLAS's K stride: 128, doubled while its N stride (128) can halve with N/2 >= pixels
+    and N > 16, only when pixels < depth (hand-computed from MlasConvOperation)."""
+    from dynashape.ops_builtin import nn
+    assert nn._reduction_block(pixels, depth) == block
+
+
+#: Conv reductions (C/G * taps) longer than 128, with the MLAS blocks they are summed in.
+#: Output columns (N * pixels) are multiples of 16: OpenBLAS's small-matrix kernels sum a
+#: ragged edge of fewer than 16 columns in another order (an ulp off now and then).
+LONG_REDUCTIONS = [
+    ((2, 32, 16, 16), (32, 32, 3, 3), {"pads": [1, 1, 1, 1]}),              # 288 = 128 + 128 + 32
+    ((2, 64, 8, 8), (16, 32, 3, 3), {"pads": [1, 1, 1, 1], "group": 2}),    # 64 pixels: 256 + 32
+    ((1, 300, 12, 12), (16, 300, 1, 1), {}),                                 # pointwise: 128 + 128 + 44
+    ((16, 20, 15, 9), (8, 20, 3, 3), {"strides": [2, 1]}),                   # 49 pixels: one block of 180
+]
+
+
+def _ort_single_thread(op, inputs, attrs):
+    m, feeds = _model(op, inputs, attrs, 21, 1)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)[0]
+
+
+@pytest.mark.parametrize("banded", [False, True])
+@pytest.mark.parametrize("xs,ws,attrs", LONG_REDUCTIONS)
+def test_conv_long_reduction_is_bit_identical_with_onnxruntime(xs, ws, attrs, banded, monkeypatch):
+    """Regression (zoo2 quant/resnet_tiny_qdq): summed in one chain, a K=288 Conv was an ulp off
+    onnxruntime's at a few outputs, and a QDQ model turned one of them into a whole
+    quantization step. Blocked as MLAS blocks it, the float32 result is bit-identical (on x86,
+    where onnxruntime's MLAS and numpy's OpenBLAS both sum each block in one FMA chain);
+    summed in one chain (the first three) or in blocks of 128 (the last), each case here
+    differs at hundreds of outputs."""
+    from dynashape.ops_builtin import nn
+    if banded:
+        monkeypatch.setattr(nn, "_COLS_BYTES", 20000)
+    inputs = [rand(*xs), rand(*ws), rand(ws[0])]
+    exp = _ort_single_thread("Conv", inputs, attrs)
+    (got,) = run_node("Conv", inputs, attrs, opset=21)
+    if platform.machine() in ("x86_64", "AMD64"):
+        np.testing.assert_array_equal(got, exp)
+    else:
+        np.testing.assert_allclose(got, exp, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("opset", [1, 11, 22])
