@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import platform
 from importlib import metadata
 from pathlib import Path
 
@@ -28,6 +29,26 @@ def ort_predates(fixed_in: tuple[int, int]) -> bool:
     """Whether the installed onnxruntime is older than ``fixed_in``, the first release
     without an ORT bug that a test case hits."""
     return ORT_VERSION is not None and ORT_VERSION < fixed_in
+
+
+def _blas_sums_like_mlas() -> bool:
+    """Whether numpy's BLAS sums each float32 matmul reduction of up to 128 terms in one
+    fused multiply-add chain, as onnxruntime's MLAS does on x86 (OpenBLAS's SkylakeX kernels
+    do; its Haswell/Zen kernels interleave several chains, e.g. under OPENBLAS_CORETYPE).
+    Only then can dynashape's Conv be bit-identical with onnxruntime's."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return False
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((16, 128)).astype(np.float32)
+    b = rng.standard_normal((128, 64)).astype(np.float32)
+    chain = np.zeros((16, 64), np.float32)
+    for k in range(128):   # fma(a, b, acc) in float32: the float64 product of two float32 is exact
+        chain = (a[:, k:k + 1].astype(np.float64) * b[k].astype(np.float64) + chain).astype(np.float32)
+    return bool(np.array_equal(a @ b, chain))
+
+
+#: numpy's BLAS sums as MLAS does (see _blas_sums_like_mlas)
+BLAS_SUMS_LIKE_MLAS = _blas_sums_like_mlas()
 
 
 def shared_path(*parts: str) -> Path:

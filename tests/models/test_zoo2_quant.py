@@ -13,7 +13,13 @@ output lands on an exact rounding tie of the next QuantizeLinear (``x / scale ==
 rounds the same way only when the Conv's sum is bit-identical with onnxruntime's, which is
 why dynashape's Conv blocks its reduction as MLAS does (``_reduction_block`` in
 ``ops_builtin/nn.py``; before it, 149 of 16,384 elements of the ``large`` shape's
-last_hidden_state were a few quantization steps off).
+last_hidden_state were a few quantization steps off). Bit-identity needs a BLAS that sums
+each block in one FMA chain as MLAS does (``BLAS_SUMS_LIKE_MLAS`` in conftest: OpenBLAS's
+SkylakeX kernels). Under its Haswell and Zen kernels (``OPENBLAS_CORETYPE``) Conv bits differ
+but no output hits a tie at these shapes; under Sandybridge's (no FMA) the 149 flips come
+back. So where the BLAS does not sum like MLAS, elements beyond the tolerance are allowed
+when they are few (<= 2%) and within 4 quantization steps of the output's DequantizeLinear
+scale; where it does, every shape compares strictly.
 """
 from __future__ import annotations
 
@@ -24,7 +30,7 @@ import numpy as np
 import pytest
 
 import dynashape
-from tests.conftest import SHARED, load_shared_module, ort_session, shared_path
+from tests.conftest import BLAS_SUMS_LIKE_MLAS, SHARED, load_shared_module, ort_session, shared_path
 
 SEQUENCE = ("small", "large", "odd", "small")
 #: key -> ORT graph optimisations off (QDQ models)
@@ -69,11 +75,35 @@ def _expected(key: str, shape: str) -> tuple:
     return tuple(_ort(key).run(None, _feeds(key, shape)))
 
 
+@functools.lru_cache(maxsize=None)
+def _output_steps(key: str) -> dict:
+    """Graph output -> the scale of the DequantizeLinear producing it (one quantization step)."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(_path(key))
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    outputs = {o.name for o in model.graph.output}
+    return {node.output[0]: float(np.max(inits[node.input[1]])) for node in model.graph.node
+            if node.op_type == "DequantizeLinear" and node.output[0] in outputs}
+
+
+def _compare_allowing_tie_flips(key: str, shape: str, name: str, got: np.ndarray, exp: np.ndarray) -> None:
+    off = ~np.isclose(got, exp, rtol=1e-3, atol=1e-4)
+    step = _output_steps(key)[name]
+    worst = float(np.max(np.abs(got[off] - exp[off]), initial=0.0))
+    assert off.mean() <= 0.02, f"{key} at {shape}: {name}: {off.sum()} of {off.size} elements differ"
+    assert worst <= 4 * step + 1e-6, f"{key} at {shape}: {name}: off by {worst} > 4 steps of {step}"
+
+
 def _compare(key: str, shape: str, name: str, got: np.ndarray, exp: np.ndarray) -> None:
     assert got.shape == exp.shape, f"{key} {shape} {name}: shape {got.shape} != ORT {exp.shape}"
     assert got.dtype == exp.dtype, f"{key} {shape} {name}: dtype {got.dtype} != ORT {exp.dtype}"
     if got.dtype.kind != "f":
         np.testing.assert_array_equal(got, exp, err_msg=f"{key} at {shape}: {name}")
+        return
+    if MODELS[key] and not BLAS_SUMS_LIKE_MLAS:
+        _compare_allowing_tie_flips(key, shape, name, got, exp)
         return
     np.testing.assert_allclose(got, exp, rtol=1e-3, atol=1e-4, err_msg=f"{key} at {shape}: {name}")
 
