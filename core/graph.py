@@ -123,7 +123,7 @@ def prepare_graph(model_or_graph, registry: Registry, opsets: Optional[dict[str,
     nodes = []
     producer = {}
     for n in _toposort(graph, known):
-        domain_opset = opsets.get(n.domain)
+        domain_opset = n.opset if n.opset is not None else opsets.get(n.domain)
         if domain_opset is None:
             domain_opset = opsets.get("", 1) if n.domain in ("", "ai.onnx") else 1
         opdef = registry.resolve_op(n.domain, n.op_type, domain_opset, n.name)

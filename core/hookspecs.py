@@ -14,7 +14,8 @@ A plugin is a module (or object) with functions decorated by :data:`hookimpl`::
     def dynashape_register_kernels():
         return lib.kernels
 
-(``plugin = lib.plugin()`` builds the same object from an :class:`~dynashape.records.OpLibrary`)
+(``plugin = lib.plugin()`` builds the same object from an :class:`~dynashape.records.OpLibrary`,
+with ``dynashape_register_rewrites`` too when the library holds rewrites)
 and is made known either through the entry-point group ``dynashape`` in its package
 metadata (``[project.entry-points.dynashape] myplugin = "mypkg.plugin"``) or at run time
 with :func:`dynashape.register_plugin`. The builtin operators
@@ -30,6 +31,7 @@ from typing import Iterable
 import pluggy
 
 from .records import KernelDef, OpDef
+from .rewrite import RewriteDef
 
 PROJECT = "dynashape"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -59,4 +61,25 @@ def dynashape_register_kernels() -> Iterable[KernelDef]:
     highest ``priority`` wins. Two kernels of equal priority that overlap in opset range
     and dtypes are an error at build time naming both plugins, so a plugin that wants to
     replace a builtin kernel declares a higher priority.
+    """
+
+
+@hookspec
+def dynashape_register_rewrites() -> Iterable[RewriteDef]:
+    """Return the graph rewrites this plugin provides (:mod:`dynashape.rewrite`).
+
+    Called once when the registry is built. A :class:`~dynashape.rewrite.RewriteDef` is a
+    pattern of nodes (op types, attribute and constant predicates, conditions on symbolic
+    shapes) and a ``build`` function returning the replacement nodes, usually one fused op
+    whose OpDef/KernelDef the same plugin registers (in an ONNX domain if the op exists
+    there, pinned to the opset that defines it with ``m.make(..., opset=N)``, else in the
+    plugin's own domain). Rewrites run at session creation, after constant folding and
+    before symbolic inference, highest ``priority`` first, then by name; each one that
+    fires is recorded (``session.rewrites``, ``dynashape inspect --rewrites``).
+
+    A rewrite must be exact: it may only fire where the replacement equals the original
+    subgraph for every shape the symbols allow, so ``build`` checks dtypes, broadcasting
+    and attributes (``m.shape``, ``m.dtype``, ``m.same_dim``) and returns None otherwise.
+    Two rewrites with the same name are an error naming both plugins. Sessions created with
+    ``optimize=False`` (or ``graph_optimization_level = ORT_DISABLE_ALL``) run none.
     """

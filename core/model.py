@@ -80,7 +80,9 @@ class ValueInfo:
 
 @dataclass
 class Node:
-    """One node: ``inputs`` may hold "" for an absent optional input."""
+    """One node: ``inputs`` may hold "" for an absent optional input. ``opset`` pins the
+    version of its domain for this node alone (a rewrite making an ONNX op newer than the
+    model's opset); None takes the model's."""
 
     name: str
     op_type: str
@@ -88,6 +90,7 @@ class Node:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     attrs: dict[str, Any] = field(default_factory=dict)
+    opset: Optional[int] = None
 
     def __repr__(self) -> str:
         return f"Node({self.op_type} '{self.name}': {list(self.inputs)} -> {list(self.outputs)})"

@@ -10,7 +10,7 @@ https://onnxruntime.ai/docs/api/python/api_summary.html#sessionoptions):
 
 ==========================================  ==============================================
 ``graph_optimization_level``                kept on the session; ``ORT_DISABLE_ALL`` turns
-                                            constant folding off (the only graph rewrite so far)
+                                            constant folding and the graph rewrites off
 ``intra_op_num_threads``                    BLAS threads during ``run`` (threadpoolctl); 0 = leave as is
 ``enable_cpu_mem_arena``/``enable_mem_pattern``  both True: ``"pool"`` allocator; either False: ``"naive"``
 ``enable_profiling``/``profile_file_prefix``  per-node Chrome trace, written by ``end_profiling()``

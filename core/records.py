@@ -288,6 +288,7 @@ class OpLibrary:
 
     ops: list = field(default_factory=list)
     kernels: list = field(default_factory=list)
+    rewrites: list = field(default_factory=list)
 
     def op(self, op_type: str, since_version: VersionSpec, *, infer_dtype: InferDtypeFn,
            domain: str = "", **fields: Any) -> Callable[[InferShapeFn], InferShapeFn]:
@@ -302,7 +303,7 @@ class OpLibrary:
         return deco
 
     def plugin(self) -> Any:
-        """A plugin object whose two hooks return this library's records, ready for
+        """A plugin object whose hooks return this library's records, ready for
         :func:`dynashape.register_plugin` or an entry point (``"pkg:plugin"``)."""
         from .hookspecs import hookimpl
 
@@ -314,8 +315,26 @@ class OpLibrary:
         def dynashape_register_kernels():
             return self.kernels
 
-        return SimpleNamespace(dynashape_register_ops=dynashape_register_ops,
-                               dynashape_register_kernels=dynashape_register_kernels)
+        hooks = dict(dynashape_register_ops=dynashape_register_ops,
+                     dynashape_register_kernels=dynashape_register_kernels)
+        if self.rewrites:
+            @hookimpl
+            def dynashape_register_rewrites():
+                return self.rewrites
+            hooks["dynashape_register_rewrites"] = dynashape_register_rewrites
+        return SimpleNamespace(**hooks)
+
+    def rewrite(self, name: str, pattern: Any, *, priority: int = 0, description: str = ""
+                ) -> Callable[[Callable], Callable]:
+        """Decorate a rewrite's ``build(m)`` function; registers one
+        :class:`~dynashape.rewrite.RewriteDef` with ``pattern``."""
+        from .rewrite import RewriteDef
+
+        def deco(fn: Callable) -> Callable:
+            self.rewrites.append(RewriteDef(name=name, pattern=pattern, build=fn, priority=priority,
+                                            description=description or (fn.__doc__ or "").strip().split("\n")[0]))
+            return fn
+        return deco
 
     def kernel(self, op_type: str, *, since_version: int = 1, end_version: Optional[int] = None,
                domain: str = "", dtypes: Optional[Iterable[Any]] = None, **fields: Any

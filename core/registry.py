@@ -5,7 +5,8 @@ Resolution rules (docs/ARCHITECTURE.md):
 * kernel = among KernelDefs whose opset range covers the model's opset and whose dtypes
   accept the node's input dtype, the highest priority;
 * equal priority with overlapping range and dtypes is a :class:`KernelConflictError`
-  raised when the registry is built, naming both plugins.
+  raised when the registry is built, naming both plugins;
+* rewrites run highest ``priority`` first, then by name; a name defined twice is an error.
 
 Third-party plugins are loaded from the entry-point group ``dynashape``. One that fails
 to import is reported (a warning naming it) and skipped. ``DYNASHAPE_PLUGINS_ALLOW`` and
@@ -28,6 +29,7 @@ import pluggy
 from . import hookspecs
 from .errors import KernelConflictError, PluginError, UnsupportedOperatorError
 from .records import KernelDef, OpDef
+from .rewrite import RewriteDef
 
 __all__ = ["Registry", "get_registry", "register_plugin", "unregister_plugin",
            "plugin_manager", "load_entry_points", "plugin_load_errors"]
@@ -38,7 +40,7 @@ ENTRY_POINT_GROUP = "dynashape"
 class Registry:
     """An immutable index of every OpDef and KernelDef the registered plugins provide."""
 
-    def __init__(self, ops: list[OpDef], kernels: list[KernelDef]):
+    def __init__(self, ops: list[OpDef], kernels: list[KernelDef], rewrites: Sequence[RewriteDef] = ()):
         self._ops: dict[tuple[str, str], list[OpDef]] = {}
         for op in ops:
             versions = self._ops.setdefault((op.domain, op.op_type), [])
@@ -56,6 +58,18 @@ class Registry:
         for group in self._kernels.values():
             group.sort(key=lambda k: -k.priority)
             _check_conflicts(group)
+        by_name: dict[str, RewriteDef] = {}
+        for rw in rewrites:
+            clash = by_name.get(rw.name)
+            if clash is not None:
+                raise PluginError(f"rewrite '{rw.name}' is defined twice: by plugin '{clash.plugin}' and by "
+                                  f"plugin '{rw.plugin}'")
+            by_name[rw.name] = rw
+        self._rewrites = sorted(by_name.values(), key=lambda r: (-r.priority, r.name))
+
+    def rewrites(self) -> list[RewriteDef]:
+        """Every registered rewrite in the order they run: highest priority first, then name."""
+        return list(self._rewrites)
 
     def op_types(self) -> list[tuple[str, str]]:
         return sorted(self._ops)
@@ -225,5 +239,9 @@ def get_registry() -> Registry:
             for impl in pm.hook.dynashape_register_kernels.get_hookimpls():
                 for rec in impl.function() or ():
                     kernels.append(replace(rec, plugin=impl.plugin_name))
-            _registry = Registry(ops, kernels)
+            rewrites: list[RewriteDef] = []
+            for impl in pm.hook.dynashape_register_rewrites.get_hookimpls():
+                for rec in impl.function() or ():
+                    rewrites.append(replace(rec, plugin=impl.plugin_name))
+            _registry = Registry(ops, kernels, rewrites)
         return _registry

@@ -26,11 +26,13 @@ from .executor import Arena, RunStats
 from .graph import PreparedGraph, prepare_graph
 from .inference import fold_constants
 from .model import FIXED, SYMBOLIC, Model, ModelMetadata, ValueInfo, input_dim_exprs, load_model, model_metadata
+from .optimize import optimize_graph
 from .options import RunOptions, SessionOptions, resolve_providers, session_settings, warn_once
 from .plan import Plan
 from .profiling import Profiler
 from .program import Program
 from .registry import get_registry
+from .rewrite import RewriteReport
 from .symbolic_inference import SymbolicGraph
 from .threads import BlasThreads
 
@@ -189,6 +191,10 @@ class InferenceSession:
         strict_dim_params: a declared ``dim_param`` bound to two values in one run is a
             ``DimParamMismatch`` (by default, as in ONNX Runtime, declared dim_params are
             hints: the conflicting axes get symbols of their own, with a warning once).
+        optimize: run the registered graph rewrites (fusions, docs/REWRITES.md) at
+            creation; what fired is ``session.rewrites``. Default True, or the environment
+            variable ``DYNASHAPE_OPTIMIZE`` (``0`` turns them off); ``sess_options`` with
+            ``graph_optimization_level = ORT_DISABLE_ALL`` turns them off too.
 
         **kwargs: onnxruntime's ``disabled_optimizers`` / ``read_config_from_model`` (no effect).
 
@@ -202,7 +208,8 @@ class InferenceSession:
 
     def __init__(self, path_or_bytes: Any, sess_options: Optional[SessionOptions] = None, providers: Any = None,
                  provider_options: Any = None, *, allocator: Optional[str] = None, plan_cache_size: int = 8,
-                 validate_memory: Optional[bool] = None, strict_dim_params: bool = False, **kwargs: Any):
+                 validate_memory: Optional[bool] = None, strict_dim_params: bool = False,
+                 optimize: Optional[bool] = None, **kwargs: Any):
         _check_ort_kwargs(kwargs)
         settings = session_settings(sess_options, allocator)
         if settings.allocator not in ALLOCATORS:
@@ -220,6 +227,12 @@ class InferenceSession:
         self.registry = get_registry()
         self.graph: PreparedGraph = prepare_graph(self.model, self.registry)
         self.folded_nodes = fold_constants(self.graph, self.registry) if settings.fold_constants else 0
+        if optimize is None:
+            optimize = os.environ.get("DYNASHAPE_OPTIMIZE", "1") not in ("0", "false", "off")
+        self.optimize = bool(optimize) and settings.fold_constants
+        self.rewrites = RewriteReport(nodes_before=len(self.graph.nodes), nodes_after=len(self.graph.nodes))
+        if self.optimize:
+            self.graph, self.rewrites = optimize_graph(self.graph, self.registry, self.model.graph.inputs)
         self._inputs = self.model.graph.inputs
         self._outputs = self.model.graph.outputs
         taken = {d.value for vi in self._inputs if vi.dims for d in vi.dims if isinstance(d.value, str)}

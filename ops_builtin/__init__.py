@@ -3,7 +3,8 @@
 One module per op family (``shape_ops``, ``tensor_ops``, ``elementwise``, ``activations``,
 ``reduction``, ``linalg``, ``nn``, ``resize``, ``rnn``, ``control_flow``, ``quantization``,
 ``attention``, ``normalization``, ``loss``, ``detection``, ``image``, ``sequence``,
-``signal``, ``text``, ``ml``, ``training``, ``random``); each holds an
+``signal``, ``text``, ``ml``, ``training``, ``random``), the fused ops the rewrites make
+(``fusions``) and the graph rewrites (``rewrites``); each holds an
 :class:`~dynashape.records.OpLibrary` named ``lib``. Find an op by its ONNX name there.
 """
 from __future__ import annotations
@@ -14,7 +15,8 @@ from dynashape.hookspecs import hookimpl
 
 FAMILIES = ("shape_ops", "tensor_ops", "elementwise", "activations", "reduction", "linalg",
             "nn", "resize", "rnn", "control_flow", "quantization", "attention", "normalization", "loss",
-            "detection", "image", "sequence", "signal", "text", "ml", "training", "random")
+            "detection", "image", "sequence", "signal", "text", "ml", "training", "random",
+            "fusions", "rewrites")
 
 
 def _libraries():
@@ -36,3 +38,8 @@ def dynashape_register_ops():
 @hookimpl
 def dynashape_register_kernels():
     return [k for lib in _libraries() for k in lib.kernels]
+
+
+@hookimpl
+def dynashape_register_rewrites():
+    return [r for lib in _libraries() for r in lib.rewrites]

@@ -484,7 +484,10 @@ def _zoo_plans():
 @pytest.mark.parametrize("key,shape", _zoo_plans())
 def test_zoo_plans_meet_the_targets(key, shape):
     from tests.conftest import SHARED
-    sess = dynashape.InferenceSession(str(SHARED / "zoo" / zoo_entry(key)["file"]), validate_memory=True)
+    # the planner's targets on the models' own graphs (fusions remove the small tensors that
+    # make naive memory large, e.g. resnet_tiny's Relu outputs)
+    sess = dynashape.InferenceSession(str(SHARED / "zoo" / zoo_entry(key)["file"]), validate_memory=True,
+                                      optimize=False)
     m = sess.plan(zoo_feeds(key, shape)).memory
     assert not check_no_overlap(m.blocks)
     assert m.arena_bytes <= 1.05 * m.lower_bound_bytes
@@ -519,7 +522,7 @@ def _stacked_blocks(n_nodes: int, d: int = 32):
 
 def test_800_node_chain_plans_at_the_lower_bound_and_runs_like_naive():
     """(Planning time of this model is measured by benchmarks/memory.py, not asserted here.)"""
-    sess = dynashape.InferenceSession(_stacked_blocks(800))
+    sess = dynashape.InferenceSession(_stacked_blocks(800), optimize=False)   # the planner on 800 nodes
     assert len(sess.graph.nodes) >= 790
     for batch, seq in ((1, 8), (2, 16), (4, 32), (3, 7), (8, 64)):
         m = sess.plan({"x": _x(batch, seq, 32)}).memory

@@ -1,0 +1,68 @@
+"""The session's graph optimisation pass: the registered rewrites over a prepared graph.
+
+Runs after constant folding and before the program is compiled: the graph's symbolic
+shapes and dtypes are inferred once (for the rewrites' predicates), every rewrite of the
+registry runs in its order (:func:`dynashape.rewrite.apply_rewrites`), and when any fired
+the graph is prepared again (slots, schemas, order) and folded again (a rewrite may leave
+constant-only nodes, such as a Conv whose folded BatchNormalization made new weights).
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from .graph import PreparedGraph, prepare_graph
+from .inference import fold_constants
+from .model import Graph, ValueInfo, input_dim_exprs
+from .registry import Registry
+from .rewrite import RewriteReport, apply_rewrites
+from .symbolic_inference import infer_symbolic
+
+__all__ = ["optimize_graph"]
+
+
+def _input_dims(pg: PreparedGraph, inputs: Sequence[ValueInfo]) -> tuple[dict, dict]:
+    taken = {d.value for vi in inputs if vi.dims for d in vi.dims if isinstance(d.value, str)}
+    taken |= set(pg.names)
+    dims = {pg.slot[vi.name]: input_dim_exprs(vi, taken) for vi in inputs}
+    dtypes = {pg.slot[vi.name]: vi.dtype for vi in inputs}
+    return dims, dtypes
+
+
+def optimize_graph(pg: PreparedGraph, registry: Registry, inputs: Sequence[ValueInfo], fold: bool = True
+                   ) -> tuple[PreparedGraph, RewriteReport]:
+    """``pg`` with the registry's rewrites applied (``pg`` itself when none fired).
+
+    Raises:
+        ValueError: a rewrite built a replacement that does not produce its root's outputs.
+        UnsupportedOperatorError: a replacement uses an op nobody registered.
+    """
+    rewrites = registry.rewrites()
+    report = RewriteReport(nodes_before=len(pg.nodes), nodes_after=len(pg.nodes))
+    roots = {(rw.pattern.domain, rw.pattern.op_type) for rw in rewrites}
+    if not rewrites or not any((pn.node.domain, pn.node.op_type) in roots for pn in pg.nodes):
+        return pg, report
+    sg: Optional[object] = None
+
+    def shape_info(name: str) -> tuple:
+        nonlocal sg
+        slot = pg.slot.get(name)
+        if slot is None:
+            return None, None
+        if sg is None:
+            dims, dtypes = _input_dims(pg, inputs)
+            sg = infer_symbolic(pg, registry, dims, dtypes)
+        shape = None if sg.is_data_dependent(slot) else sg.shapes[slot]
+        return shape, sg.dtypes[slot]
+
+    constants = {pg.names[s]: v for s, v in pg.constants.items()}
+    nodes, constants, report = apply_rewrites(pg.graph, [pn.node for pn in pg.nodes], constants, rewrites,
+                                              shape_info)
+    if not report.fired:
+        return pg, report
+    g = pg.graph
+    rewritten = Graph(g.name, nodes, g.inputs, g.outputs, constants, g.value_info, g.overridable)
+    new_pg = prepare_graph(rewritten, registry, pg.opsets)
+    if fold:
+        fold_constants(new_pg, registry)
+    report.nodes_after = len(new_pg.nodes)
+    return new_pg, report

@@ -1,0 +1,405 @@
+"""Graph rewrites: a pattern of nodes replaced by fewer, bigger ones at session creation.
+
+A :class:`RewriteDef` is a *pattern* (a tree of op types ending at one root node, with
+attribute, constant and symbolic-shape predicates) and a *build* function that returns the
+replacement nodes, or None to decline. Plugins register rewrites through the hook
+``dynashape_register_rewrites`` (:mod:`dynashape.hookspecs`); the builtin ones live in
+``dynashape.ops_builtin.rewrites``. A guide: docs/REWRITES.md.
+
+Patterns are written with :func:`op`, :func:`value` and :func:`const`::
+
+    x = value("x")
+    gelu = op("Mul", op("Mul", x, op("Add", op("Erf", op("Div", x, const(value=SQRT2))),
+                                       const(value=1.0))), const(value=0.5))
+
+``Add``/``Mul``/``Max``/``Min``/``Sum``/``And``/``Or``/``Xor``/``Equal`` match their two
+inputs in either order. A capture name used twice must bind the same tensor (values) or
+node (op patterns). Every matched node but the root must have no consumer outside the
+match and must not be a graph output, so removing the match changes nothing else.
+
+When rewrites run (:func:`apply_rewrites`): after constant folding, before the symbolic
+inference the program is compiled from; in order of ``priority`` (highest first), then
+name; each rewrite visits the graph's nodes in order once, and every replacement is
+recorded (:class:`Fired`). The replacement keeps the root's output names, so everything
+downstream (and the symbolic shapes known for those names) is unchanged. Rewrites apply to
+the main graph, not to If/Loop/Scan bodies.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
+
+import numpy as np
+
+from .model import Graph, Node
+from .symbolic import Expr
+
+__all__ = ["Pattern", "RewriteDef", "Match", "Fired", "RewriteReport", "op", "value", "const",
+           "apply_rewrites", "COMMUTATIVE"]
+
+#: binary ops whose two inputs a pattern matches in either order
+COMMUTATIVE = frozenset({"Add", "Mul", "Max", "Min", "Sum", "And", "Or", "Xor", "Equal"})
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """One node of a pattern: an op (``op_type`` set) or a leaf (``op_type`` None).
+
+    Attributes:
+        op_type, domain: the node's op ("" is ai.onnx); None for a leaf.
+        inputs: sub-patterns, one per input of the node (an absent optional input is
+            matched by ``None``); the node must have exactly that many inputs unless
+            ``more_inputs`` is set.
+        name: capture name: ``m.node(name)`` for an op, ``m.value(name)`` for a leaf.
+        attrs: attribute values the node must have (absent attributes compare as None).
+        output: which output of the node the consumer reads (0 for almost every op).
+        constant: a leaf that must be a constant (initializer or folded value).
+        scalar: a constant leaf whose every element equals this number (relative 1e-5).
+        where: ``where(m, x) -> bool`` with the partial :class:`Match` and the matched
+            node (op) or tensor name (leaf): an extra condition.
+    """
+
+    op_type: Optional[str] = None
+    inputs: tuple = ()
+    name: str = ""
+    domain: str = ""
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+    output: int = 0
+    more_inputs: bool = False
+    constant: bool = False
+    scalar: Optional[float] = None
+    where: Optional[Callable[["Match", Any], bool]] = None
+
+
+def op(op_type: str, *inputs: Optional[Pattern], name: str = "", domain: str = "",
+       attrs: Optional[Mapping[str, Any]] = None, output: int = 0, more_inputs: bool = False,
+       where: Optional[Callable] = None) -> Pattern:
+    """A pattern node matching a node of ``op_type`` whose inputs match ``inputs``."""
+    return Pattern(op_type, tuple(inputs), name, domain, dict(attrs or {}), output, more_inputs, where=where)
+
+
+def value(name: str = "", where: Optional[Callable] = None) -> Pattern:
+    """A leaf matching any tensor (a graph input, a constant or any node's output)."""
+    return Pattern(name=name, where=where)
+
+
+def const(name: str = "", scalar: Optional[float] = None, where: Optional[Callable] = None) -> Pattern:
+    """A leaf matching a constant; with ``scalar``, one whose elements all equal it."""
+    return Pattern(name=name, constant=True, scalar=scalar, where=where)
+
+
+BuildFn = Callable[["Match"], Optional[Sequence[Node]]]
+
+
+@dataclass(frozen=True)
+class RewriteDef:
+    """A graph rewrite a plugin registers.
+
+    Attributes:
+        name: unique among all plugins (``"fuse_gelu_erf"``); the order key after priority.
+        pattern: the :class:`Pattern` whose root is the last node replaced.
+        build: ``build(m) -> list[Node] | None``: the replacement nodes (made with
+            ``m.make``), producing every output of the root node that is used; None
+            declines (a shape, dtype or attribute case the fused op does not cover).
+        priority: higher runs first (a rewrite that consumes another's result runs after it).
+        description: one line for ``dynashape inspect --rewrites`` and docs.
+        plugin: filled in by the registry.
+    """
+
+    name: str
+    pattern: Pattern
+    build: BuildFn
+    priority: int = 0
+    description: str = ""
+    plugin: str = ""
+
+
+@dataclass(frozen=True)
+class Fired:
+    """One replacement: which rewrite, at which root node, how many nodes went and came."""
+
+    rewrite: str
+    plugin: str
+    root: str
+    removed: int
+    added: int
+
+
+@dataclass
+class RewriteReport:
+    """What the rewrites did to one graph."""
+
+    nodes_before: int = 0
+    nodes_after: int = 0
+    fired: list = field(default_factory=list)
+
+    def counts(self) -> dict:
+        """rewrite name -> times it fired."""
+        out: dict = {}
+        for f in self.fired:
+            out[f.rewrite] = out.get(f.rewrite, 0) + 1
+        return out
+
+
+class _GraphState:
+    """The node list being rewritten, with producer/consumer maps and shape knowledge."""
+
+    def __init__(self, graph: Graph, nodes: list, constants: dict, shape_info: Callable):
+        self.graph = graph
+        self.nodes: list[Node] = list(nodes)
+        self.constants: dict[str, np.ndarray] = dict(constants)
+        self.outputs = {v.name for v in graph.outputs}
+        self._shape_info = shape_info
+        self._names = itertools.count()
+        self.taken = {t for n in nodes for t in n.inputs + n.outputs} | set(constants) | \
+            {v.name for v in graph.inputs} | self.outputs
+        self.reindex()
+
+    def reindex(self) -> None:
+        self.producer: dict[str, Node] = {}
+        self.consumers: dict[str, list[Node]] = {}
+        for n in self.nodes:
+            for o in n.outputs:
+                if o:
+                    self.producer[o] = n
+            for i in n.inputs:
+                if i:
+                    self.consumers.setdefault(i, []).append(n)
+
+    def fresh(self, hint: str) -> str:
+        while True:
+            name = f"{hint}__rw{next(self._names)}"
+            if name not in self.taken:
+                self.taken.add(name)
+                return name
+
+    def shape(self, name: str):
+        return self._shape_info(name)[0]
+
+    def dtype(self, name: str):
+        return self._shape_info(name)[1]
+
+
+class Match:
+    """A pattern matched at a root node: what ``where`` predicates and ``build`` see."""
+
+    def __init__(self, state: _GraphState, rewrite: str):
+        self._state = state
+        self._rewrite = rewrite
+        self.root: Optional[Node] = None
+        self.nodes: dict[str, Node] = {}
+        self.values: dict[str, str] = {}
+        self.matched: list[Node] = []
+        self.new_constants: dict[str, np.ndarray] = {}
+
+    def _copy(self) -> "Match":
+        m = Match(self._state, self._rewrite)
+        m.root, m.nodes, m.values, m.matched = self.root, dict(self.nodes), dict(self.values), list(self.matched)
+        return m
+
+    # what a rewrite reads ----------------------------------------------------------
+    def value(self, name: str) -> str:
+        """The tensor name a leaf capture bound."""
+        return self.values[name]
+
+    def node(self, name: str) -> Node:
+        """The node an op capture bound."""
+        return self.nodes[name]
+
+    def _tensor(self, name_or_capture: str) -> str:
+        return self.values.get(name_or_capture, name_or_capture)
+
+    def const(self, name: str) -> Optional[np.ndarray]:
+        """The constant value of a capture (or tensor name), None when not a constant."""
+        return self._state.constants.get(self._tensor(name))
+
+    def shape(self, name: str) -> Optional[tuple]:
+        """Symbolic shape of a capture or tensor (ints and :class:`Expr`), None when unknown."""
+        t = self._tensor(name)
+        c = self._state.constants.get(t)
+        return tuple(c.shape) if c is not None else self._state.shape(t)
+
+    def dtype(self, name: str) -> Optional[np.dtype]:
+        t = self._tensor(name)
+        c = self._state.constants.get(t)
+        return c.dtype if c is not None else self._state.dtype(t)
+
+    def rank(self, name: str) -> Optional[int]:
+        s = self.shape(name)
+        return None if s is None else len(s)
+
+    def attr(self, node: str, attr: str, default: Any = None) -> Any:
+        return self.nodes[node].attrs.get(attr, default)
+
+    @staticmethod
+    def same_dim(a, b) -> bool:
+        """True when two dims are provably equal for every value of the symbols."""
+        if a is None or b is None:
+            return False
+        diff = a - b   # canonical polynomials: provably equal dims differ by the int 0
+        return not isinstance(diff, Expr) and int(diff) == 0
+
+    # what a rewrite writes ---------------------------------------------------------
+    def fresh(self, hint: str = "t") -> str:
+        """A new tensor name for an intermediate value of the replacement."""
+        return self._state.fresh(hint)
+
+    def constant(self, array: np.ndarray, hint: str = "c") -> str:
+        """A new initializer holding ``array``; returns its name."""
+        name = self.fresh(hint)
+        self.new_constants[name] = np.asarray(array)
+        return name
+
+    def make(self, op_type: str, inputs: Sequence[str], outputs: Optional[Sequence[str]] = None,
+             domain: str = "", opset: Optional[int] = None, name: str = "", **attrs: Any) -> Node:
+        """A replacement node; ``outputs`` default to the root's; ``opset`` pins the version of
+        its domain for this node (an ONNX op newer than the model's opset)."""
+        root = self.root
+        return Node(name or f"{root.name}/{self._rewrite}", op_type, domain, tuple(inputs),
+                    tuple(outputs if outputs is not None else root.outputs), dict(attrs), opset=opset)
+
+
+def _scalar_equals(arr: np.ndarray, want: float) -> bool:
+    if arr.size == 0 or arr.dtype.kind not in "fiu":
+        return False
+    a = arr.astype(np.float64).reshape(-1)
+    return bool(np.all(np.abs(a - want) <= 1e-5 * max(abs(want), 1e-30)))
+
+
+def _match(p: Optional[Pattern], tensor: str, m: Match) -> Iterator[Match]:
+    """Every way ``p`` matches ``tensor`` given the bindings in ``m`` (a fresh Match each)."""
+    state = m._state
+    if p is None:
+        if not tensor:
+            yield m
+        return
+    if not tensor:
+        return
+    if p.op_type is None:
+        if p.name:
+            bound = m.values.get(p.name)
+            if bound is not None and bound != tensor:
+                return
+        if p.constant:
+            c = state.constants.get(tensor)
+            if c is None or (p.scalar is not None and not _scalar_equals(c, p.scalar)):
+                return
+        out = m._copy()
+        if p.name:
+            out.values[p.name] = tensor
+        if p.where is not None and not p.where(out, tensor):
+            return
+        yield out
+        return
+    node = state.producer.get(tensor)
+    if node is None or node.op_type != p.op_type or node.domain != p.domain:
+        return
+    if p.output >= len(node.outputs) or node.outputs[p.output] != tensor:
+        return
+    if p.name:
+        bound = m.nodes.get(p.name)
+        if bound is not None and bound is not node:
+            return
+    if any(node.attrs.get(k) != v for k, v in p.attrs.items()):
+        return
+    ins = list(node.inputs)
+    while ins and not ins[-1]:
+        ins.pop()
+    if len(ins) < len(p.inputs) or (len(ins) > len(p.inputs) and not p.more_inputs):
+        return
+    orders = [p.inputs]
+    if p.op_type in COMMUTATIVE and len(p.inputs) == 2 and not p.domain:
+        orders.append((p.inputs[1], p.inputs[0]))
+    for order in orders:
+        start = m._copy()
+        if p.name:
+            start.nodes[p.name] = node
+        if not any(n is node for n in start.matched):
+            start.matched.append(node)
+        for done in _match_all(order, ins, start):
+            if p.where is None or p.where(done, node):
+                yield done
+
+
+def _match_all(patterns: Sequence, tensors: Sequence[str], m: Match) -> Iterator[Match]:
+    if not patterns:
+        yield m
+        return
+    for first in _match(patterns[0], tensors[0], m):
+        yield from _match_all(patterns[1:], tensors[1:], first)
+
+
+def _removable(m: Match) -> bool:
+    """Every matched node but the root is read only inside the match and is no graph output."""
+    state = m._state
+    inside = {id(n) for n in m.matched}
+    for n in m.matched:
+        if n is m.root:
+            continue
+        for o in n.outputs:
+            if not o:
+                continue
+            if o in state.outputs or any(id(c) not in inside for c in state.consumers.get(o, ())):
+                return False
+    return True
+
+
+def _try(rw: RewriteDef, state: _GraphState, root: Node) -> Optional[tuple]:
+    seed = Match(state, rw.name)
+    seed.root = root
+    tensor = root.outputs[rw.pattern.output] if rw.pattern.output < len(root.outputs) else ""
+    for m in _match(rw.pattern, tensor, seed):
+        if not _removable(m):
+            continue
+        built = rw.build(m)
+        if built is None:
+            continue
+        produced = {o for n in built for o in n.outputs if o}
+        used = [o for o in root.outputs if o and (o in state.outputs or state.consumers.get(o))]
+        if not set(used) <= produced:
+            raise ValueError(f"rewrite '{rw.name}' (plugin '{rw.plugin}') at node '{root.name}' does not produce "
+                             f"the root's used outputs {sorted(set(used) - produced)}")
+        return m, list(built)
+    return None
+
+
+def apply_rewrites(graph: Graph, nodes: Sequence[Node], constants: Mapping[str, np.ndarray],
+                   rewrites: Sequence[RewriteDef], shape_info: Callable[[str], tuple]
+                   ) -> tuple[list[Node], dict, RewriteReport]:
+    """Run ``rewrites`` (already in order) over ``nodes`` (topologically ordered).
+
+    Args:
+        graph: the graph the nodes belong to (its inputs and outputs).
+        constants: tensor name -> value of every constant (initializers and folded values).
+        shape_info: tensor name -> ``(symbolic shape or None, dtype or None)`` of the graph
+            before rewriting (names a rewrite makes are unknown).
+
+    Returns:
+        the new node list (topologically ordered), the constants (new ones added) and the
+        report.
+
+    Raises:
+        ValueError: a rewrite's replacement does not produce the root's used outputs.
+    """
+    state = _GraphState(graph, list(nodes), dict(constants), shape_info)
+    report = RewriteReport(nodes_before=len(state.nodes))
+    for rw in rewrites:
+        roots = [n for n in state.nodes if n.op_type == rw.pattern.op_type and n.domain == rw.pattern.domain]
+        for root in roots:
+            if not any(n is root for n in state.nodes):
+                continue   # consumed by an earlier match of this rewrite
+            found = _try(rw, state, root)
+            if found is None:
+                continue
+            m, built = found
+            gone = {id(n) for n in m.matched}
+            at = next(i for i, n in enumerate(state.nodes) if n is root)
+            before = [n for n in state.nodes[:at] if id(n) not in gone]
+            after = [n for n in state.nodes[at + 1:] if id(n) not in gone]
+            state.nodes = before + built + after
+            state.constants.update(m.new_constants)
+            state.reindex()
+            report.fired.append(Fired(rw.name, rw.plugin, root.name, len(m.matched), len(built)))
+    report.nodes_after = len(state.nodes)
+    return state.nodes, state.constants, report

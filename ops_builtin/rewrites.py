@@ -1,0 +1,380 @@
+"""The builtin graph rewrites (docs/REWRITES.md has the table of what each replaces).
+
+Order (priority, highest first): Transpose pairs and no-op Casts (50); GELU in its erf and
+tanh forms, HardSwish, LayerNormalization and RMSNormalization decomposed into
+elementwise ops and reductions (40); Conv + BatchNormalization folded into the Conv's
+weights (30); MatMul + bias Add and MatMul with a transposed B (20); an activation after
+a FusedMatMul, Conv or FusedConv absorbed into it (10).
+
+Every rewrite is exact for every shape its symbols allow: it checks dtypes (float32 or
+float64 where a fused kernel computes), that constants broadcast without changing the
+output's shape (a scalar-like constant has at most the rank of the tensor it meets),
+which axes a reduction reduces, and that weights have the length of the axis they scale,
+and declines (build returns None) otherwise. Sources: the ONNX operator spec sections
+of Gelu-20, HardSwish-14, LayerNormalization-17, RMSNormalization-23, BatchNormalization-15
+and Conv-11; onnxruntime's transformer fusions (onnxruntime/core/optimizer) for the
+patterns exporters emit.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+from dynashape.dtypes import np_dtype
+from dynashape.records import OpLibrary
+from dynashape.rewrite import Match, const, op, value
+
+from .fusions import DOMAIN, EPILOGUES
+
+lib = OpLibrary()
+
+_FLOAT_NAMES = ("float32", "float64")
+_SQRT2 = math.sqrt(2.0)
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+# predicates --------------------------------------------------------------------------
+
+def _is_float(m: Match, name: str) -> bool:
+    dt = m.dtype(name)
+    return dt is not None and np.dtype(dt).name in _FLOAT_NAMES
+
+
+def _scalar_like(m: Match, c: str, x: str) -> bool:
+    """Constant ``c`` holds one element and has at most ``x``'s rank and its dtype: ``x op c``
+    keeps ``x``'s shape and dtype."""
+    v, rank = m.const(c), m.rank(x)
+    return v is not None and rank is not None and v.size == 1 and v.ndim <= rank and v.dtype == m.dtype(x)
+
+
+def _scalar(m: Match, c: str) -> float:
+    return float(np.asarray(m.const(c)).reshape(-1)[0])
+
+
+def _last_axis_vector(m: Match, c: str, x: str) -> bool:
+    """Constant ``c`` is 1-D with the length of ``x``'s last dim (and ``x``'s dtype)."""
+    v, shape = m.const(c), m.shape(x)
+    return (v is not None and shape is not None and len(shape) >= 1 and v.ndim == 1
+            and m.same_dim(v.shape[0], shape[-1]) and v.dtype == m.dtype(x))
+
+
+def _reduces_last_axis(m: Match, node: str, x: str) -> bool:
+    """A ReduceMean over the last axis only, keeping dims (axes as attribute or constant input)."""
+    n = m.node(node)
+    if n.attrs.get("keepdims", 1) != 1 or n.attrs.get("noop_with_empty_axes", 0):
+        return False
+    axes = n.attrs.get("axes")
+    if axes is None and len(n.inputs) > 1 and n.inputs[1]:
+        axes = m.const(n.inputs[1])
+        axes = None if axes is None else [int(a) for a in np.asarray(axes).reshape(-1)]
+    rank = m.rank(x)
+    return axes is not None and rank is not None and len(axes) == 1 and axes[0] in (-1, rank - 1)
+
+
+def _mean_of(x: str, name: str):
+    """ReduceMean(x) with its axes as attribute (opset < 18) or as a constant input."""
+    return [op("ReduceMean", x, name=name), op("ReduceMean", x, const(), name=name)]
+
+
+# Transpose pairs and no-op Casts -----------------------------------------------------
+
+@lib.rewrite("transpose_pair", op("Transpose", op("Transpose", value("x"), name="inner"), name="outer"),
+             priority=50, description="Transpose(Transpose(x)) -> one Transpose (or Identity)")
+def _transpose_pair(m: Match):
+    rank = m.rank("x")
+    if rank is None:
+        return None
+    inner = m.attr("inner", "perm") or list(range(rank))[::-1]
+    outer = m.attr("outer", "perm") or list(range(rank))[::-1]
+    perm = [inner[p] for p in outer]
+    if perm == list(range(rank)):
+        return [m.make("Identity", [m.value("x")])]
+    return [m.make("Transpose", [m.value("x")], perm=perm)]
+
+
+@lib.rewrite("cast_noop", op("Cast", value("x"), name="cast"), priority=50,
+             description="Cast to the dtype the input already has -> Identity")
+def _cast_noop(m: Match):
+    dt = m.dtype("x")
+    to = m.attr("cast", "to")
+    if dt is None or to is None or np_dtype(int(to)) != np.dtype(dt):
+        return None
+    return [m.make("Identity", [m.value("x")])]
+
+
+# GELU --------------------------------------------------------------------------------
+
+def _gelu_erf_patterns():
+    x = value("x")
+    inner = [op("Div", x, const("s")), op("Mul", x, const("s"))]
+    out = []
+    for scaled in inner:
+        one_plus = op("Add", op("Erf", scaled), const("one"))
+        out += [op("Mul", op("Mul", x, one_plus), const("half")),       # (x * (1 + erf)) * 0.5
+                op("Mul", x, op("Mul", one_plus, const("half"))),       # x * ((1 + erf) * 0.5)
+                op("Mul", op("Mul", x, const("half")), one_plus)]       # (x * 0.5) * (1 + erf)
+    return out
+
+
+def _gelu_erf(m: Match):
+    """x * 0.5 * (1 + erf(x / sqrt(2))) in any association -> Gelu (Gelu-20)."""
+    x = m.value("x")
+    if not _is_float(m, x) or not all(_scalar_like(m, c, x) for c in ("s", "one", "half")):
+        return None
+    scale = _scalar(m, "s")
+    root = m.root
+    divides = any(n.op_type == "Div" for n in m.matched)
+    want = _SQRT2 if divides else 1.0 / _SQRT2
+    if abs(scale - want) > 1e-5 * want or _scalar(m, "one") != 1.0 or _scalar(m, "half") != 0.5:
+        return None
+    return [m.make("Gelu", [x], outputs=root.outputs, opset=20, approximate="none")]
+
+
+for _i, _pattern in enumerate(_gelu_erf_patterns()):
+    lib.rewrite(f"gelu_erf_{_i}", _pattern, priority=40,
+                description="x * 0.5 * (1 + erf(x / sqrt 2)) -> Gelu")(_gelu_erf)
+
+
+def _gelu_tanh_patterns():
+    x = value("x")
+    cube = [op("Pow", x, const("three")), op("Mul", x, op("Mul", x, x))]
+    out = []
+    for c in cube:
+        inner = op("Mul", op("Add", x, op("Mul", c, const("k"))), const("r"))
+        one_plus = op("Add", op("Tanh", inner), const("one"))
+        out += [op("Mul", op("Mul", x, const("half")), one_plus),
+                op("Mul", op("Mul", x, one_plus), const("half")),
+                op("Mul", x, op("Mul", one_plus, const("half")))]
+    return out
+
+
+def _gelu_tanh(m: Match):
+    """0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) -> Gelu(approximate="tanh")."""
+    x = m.value("x")
+    consts = [c for c in ("three", "k", "r", "one", "half") if c in m.values]
+    if not _is_float(m, x) or not all(_scalar_like(m, c, x) for c in consts):
+        return None
+    want = {"three": 3.0, "k": 0.044715, "r": _SQRT_2_OVER_PI, "one": 1.0, "half": 0.5}
+    if any(abs(_scalar(m, c) - want[c]) > 1e-5 * want[c] for c in consts):
+        return None
+    return [m.make("Gelu", [x], opset=20, approximate="tanh")]
+
+
+for _i, _pattern in enumerate(_gelu_tanh_patterns()):
+    lib.rewrite(f"gelu_tanh_{_i}", _pattern, priority=40,
+                description="0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) -> Gelu(tanh)")(_gelu_tanh)
+
+
+# HardSwish ---------------------------------------------------------------------------
+
+def _hard_swish_patterns():
+    x = value("x")
+    gate = op("Clip", op("Add", x, const("three")), const("lo"), const("hi"))
+    return [op("Div", op("Mul", x, gate), const("six")),
+            op("Mul", op("Mul", x, gate), const("sixth")),
+            op("Mul", x, op("Div", gate, const("six")))]
+
+
+def _hard_swish(m: Match):
+    """x * Clip(x + 3, 0, 6) / 6 -> HardSwish (HardSwish-14)."""
+    x = m.value("x")
+    consts = [c for c in ("three", "lo", "hi", "six", "sixth") if c in m.values]
+    if not _is_float(m, x) or not all(_scalar_like(m, c, x) for c in consts):
+        return None
+    want = {"three": 3.0, "lo": 0.0, "hi": 6.0, "six": 6.0, "sixth": 1.0 / 6.0}
+    if any(abs(_scalar(m, c) - want[c]) > 1e-6 * max(want[c], 1.0) for c in consts):
+        return None
+    return [m.make("HardSwish", [x], opset=14)]
+
+
+for _i, _pattern in enumerate(_hard_swish_patterns()):
+    lib.rewrite(f"hard_swish_{_i}", _pattern, priority=40,
+                description="x * Clip(x + 3, 0, 6) / 6 -> HardSwish")(_hard_swish)
+
+
+# LayerNormalization ------------------------------------------------------------------
+
+def _layer_norm_patterns():
+    x = value("x")
+    out = []
+    for mean in _mean_of(x, "mean"):
+        d = op("Sub", x, mean, name="d")
+        for var in _mean_of(op("Pow", d, const("two")), "var"):
+            normed = op("Div", d, op("Sqrt", op("Add", var, const("eps"))))
+            out.append(op("Add", op("Mul", normed, const("gamma")), const("beta")))
+    return out
+
+
+def _layer_norm(m: Match):
+    """(x - mean) / sqrt(var + eps) * gamma + beta over the last axis -> LayerNormalization-17."""
+    x = m.value("x")
+    if not (_is_float(m, x) and _reduces_last_axis(m, "mean", x) and _reduces_last_axis(m, "var", x)):
+        return None
+    if not (_scalar_like(m, "two", x) and _scalar(m, "two") == 2.0 and _scalar_like(m, "eps", x)):
+        return None
+    if not (_last_axis_vector(m, "gamma", x) and _last_axis_vector(m, "beta", x)):
+        return None
+    return [m.make("LayerNormalization", [x, m.value("gamma"), m.value("beta")], opset=17, axis=-1,
+                   epsilon=_scalar(m, "eps"))]
+
+
+for _i, _pattern in enumerate(_layer_norm_patterns()):
+    lib.rewrite(f"layer_norm_{_i}", _pattern, priority=40,
+                description="decomposed LayerNorm over the last axis -> LayerNormalization")(_layer_norm)
+
+
+# RMSNormalization (LLaMA's Pow / ReduceMean / Add / Sqrt / Div / Mul) -----------------
+
+def _rms_norm_patterns():
+    x = value("x")
+    out = []
+    for ms in _mean_of(op("Pow", x, const("two")), "ms"):
+        root = op("Sqrt", op("Add", ms, const("eps")))
+        scaled = [op("Div", x, root), op("Mul", x, op("Reciprocal", root)),
+                  op("Mul", x, op("Div", const("one"), root))]
+        out += [op("Mul", s, const("weight")) for s in scaled]
+    return out
+
+
+def _rms_norm(m: Match):
+    """x / sqrt(mean(x^2) + eps) * weight over the last axis -> RMSNormalization-23."""
+    x = m.value("x")
+    if not (_is_float(m, x) and _reduces_last_axis(m, "ms", x) and _last_axis_vector(m, "weight", x)):
+        return None
+    if not (_scalar_like(m, "two", x) and _scalar(m, "two") == 2.0 and _scalar_like(m, "eps", x)):
+        return None
+    if "one" in m.values and not (_scalar_like(m, "one", x) and _scalar(m, "one") == 1.0):
+        return None
+    return [m.make("RMSNormalization", [x, m.value("weight")], opset=23, axis=-1, epsilon=_scalar(m, "eps"))]
+
+
+for _i, _pattern in enumerate(_rms_norm_patterns()):
+    lib.rewrite(f"rms_norm_{_i}", _pattern, priority=40,
+                description="x / sqrt(mean(x^2) + eps) * w over the last axis -> RMSNormalization")(_rms_norm)
+
+
+# Conv + BatchNormalization -----------------------------------------------------------
+
+def _conv_bn_patterns():
+    bn_inputs = (const("scale"), const("bias"), const("mean"), const("var"))
+    return [op("BatchNormalization", op("Conv", value("x"), const("w"), name="conv"), *bn_inputs, name="bn"),
+            op("BatchNormalization", op("Conv", value("x"), const("w"), const("b"), name="conv"), *bn_inputs,
+               name="bn")]
+
+
+def _conv_bn(m: Match):
+    """BatchNormalization(Conv(x, W, B)) in inference mode with constant parameters -> one Conv
+    with W' = W * s and B' = (B - mean) * s + bias, s = scale / sqrt(var + epsilon)."""
+    bn = m.node("bn")
+    if bn.attrs.get("training_mode", 0) or len([o for o in bn.outputs if o]) != 1:
+        return None
+    w = m.const("w")
+    if w.dtype.name not in _FLOAT_NAMES or w.ndim < 3:
+        return None
+    params = [m.const(c) for c in ("scale", "bias", "mean", "var")]
+    channels = w.shape[0]
+    if any(p.dtype != w.dtype or p.shape != (channels,) for p in params):
+        return None
+    scale, bias, mean, var = (p.astype(np.float64) for p in params)
+    s = scale / np.sqrt(var + float(bn.attrs.get("epsilon", 1e-5)))
+    b0 = m.const("b").astype(np.float64) if "b" in m.values else np.zeros(channels)
+    if b0.shape != (channels,):
+        return None
+    new_w = (w.astype(np.float64) * s.reshape((channels,) + (1,) * (w.ndim - 1))).astype(w.dtype)
+    new_b = ((b0 - mean) * s + bias).astype(w.dtype)
+    conv = m.node("conv")
+    return [m.make("Conv", [m.value("x"), m.constant(new_w, "w_bn"), m.constant(new_b, "b_bn")],
+                   outputs=bn.outputs[:1], name=conv.name, **conv.attrs)]
+
+
+for _i, _pattern in enumerate(_conv_bn_patterns()):
+    lib.rewrite(f"conv_batchnorm_{_i}", _pattern, priority=30,
+                description="Conv -> BatchNormalization (inference) folded into the Conv's weights")(_conv_bn)
+
+
+# MatMul + bias, MatMul with a transposed B -------------------------------------------
+
+@lib.rewrite("matmul_bias", op("Add", op("MatMul", value("a"), value("b"), name="mm"), const("bias")),
+             priority=20, description="MatMul(A, B) + bias vector -> dynashape::FusedMatMul")
+def _matmul_bias(m: Match):
+    a, b, y = m.value("a"), m.value("b"), m.node("mm").outputs[0]
+    if not (_is_float(m, a) and m.dtype(b) == m.dtype(a)) or (m.rank(a) or 0) < 2 or m.rank(b) != 2:
+        return None
+    if not _last_axis_vector(m, "bias", y):
+        return None
+    return [m.make("FusedMatMul", [a, b, m.value("bias")], domain=DOMAIN)]
+
+
+@lib.rewrite("matmul_transposed_b", op("MatMul", value("a"), op("Transpose", value("b"), name="t"), name="mm"),
+             priority=20, description="MatMul(A, Transpose(B) of its last two axes) -> FusedMatMul(transB=1)")
+def _matmul_transposed_b(m: Match):
+    a, b = m.value("a"), m.value("b")
+    rank = m.rank(b)
+    if not (_is_float(m, a) and m.dtype(b) == m.dtype(a)) or rank is None or rank < 2:
+        return None
+    perm = m.attr("t", "perm") or list(range(rank))[::-1]
+    if list(perm) != list(range(rank - 2)) + [rank - 1, rank - 2]:
+        return None
+    return [m.make("FusedMatMul", [a, b], domain=DOMAIN, transB=1)]
+
+
+# activations absorbed into the op before them ----------------------------------------
+
+def _activation_of(m: Match, node_name: str) -> Optional[tuple]:
+    """A standalone activation node as (epilogue name, its float params), None if not one."""
+    n = m.node(node_name)
+    t = n.op_type
+    if t in ("Relu", "Sigmoid", "Tanh", "HardSwish"):
+        return t, []
+    if t == "LeakyRelu":
+        return t, [float(n.attrs.get("alpha", 0.01))]
+    if t == "HardSigmoid":
+        return t, [float(n.attrs.get("alpha", 0.2)), float(n.attrs.get("beta", 0.5))]
+    if t == "Gelu":
+        approximate = n.attrs.get("approximate", "none")
+        return ("GeluTanh" if approximate == "tanh" else "Gelu"), []
+    if t == "Clip":
+        lo, hi = n.attrs.get("min", -np.inf), n.attrs.get("max", np.inf)
+        ins = list(n.inputs) + ["", ""]
+        if ins[1]:
+            if m.const(ins[1]) is None:
+                return None
+            lo = float(np.asarray(m.const(ins[1])).reshape(-1)[0])
+        if ins[2]:
+            if m.const(ins[2]) is None:
+                return None
+            hi = float(np.asarray(m.const(ins[2])).reshape(-1)[0])
+        return "Clip", [float(lo), float(hi)]
+    return None
+
+
+_ACTIVATION_OPS = ("Relu", "Sigmoid", "Tanh", "HardSwish", "LeakyRelu", "HardSigmoid", "Gelu", "Clip")
+
+
+def _absorb(m: Match, fused_op: str, attrs: dict):
+    act = _activation_of(m, "act")
+    inner = m.node("inner")
+    if act is None or inner.attrs.get("activation") or not _is_float(m, inner.outputs[0]):
+        return None
+    assert act[0] in EPILOGUES
+    attrs.update(activation=act[0], activation_params=act[1])
+    return [m.make(fused_op, list(inner.inputs), domain=DOMAIN, name=inner.name, **attrs)]
+
+
+def _register_absorbing(inner_op: str, inner_domain: str, fused_op: str) -> None:
+    for t in _ACTIVATION_OPS:
+        extra = (const(), const()) if t == "Clip" else ()
+        for n_extra in ({0, 2} if t == "Clip" else {0}):
+            pattern = op(t, op(inner_op, value(), value(), name="inner", domain=inner_domain, more_inputs=True),
+                         *extra[:n_extra], name="act")
+
+            def build(m: Match):
+                return _absorb(m, fused_op, dict(m.node("inner").attrs))
+            suffix = "" if n_extra == 0 and t != "Clip" else f"_{n_extra}"
+            lib.rewrite(f"{fused_op.lower()}_{inner_op.lower()}_{t.lower()}{suffix}", pattern, priority=10,
+                        description=f"{t} after {inner_op} -> {fused_op}(activation={t})")(build)
+
+
+_register_absorbing("Conv", "", "FusedConv")
+_register_absorbing("FusedMatMul", DOMAIN, "FusedMatMul")
