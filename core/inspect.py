@@ -6,7 +6,7 @@ from typing import Any
 from .session import InferenceSession
 from .symbolic import dim_str
 
-__all__ = ["inspect_session"]
+__all__ = ["inspect_session", "inspect_rewrites"]
 
 
 def _dims(shape) -> Any:
@@ -55,3 +55,19 @@ def inspect_session(sess: InferenceSession) -> dict:
     n_dd = sum(t["data_dependent"] for t in tensors)
     return {"tensors": tensors,
             "summary": {"tensors": len(tensors), "fully_symbolic": len(tensors) - n_dd, "data_dependent": n_dd}}
+
+
+def inspect_rewrites(sess: InferenceSession) -> dict:
+    """What the graph rewrites did to the session's model: every replacement (``rewrite``,
+    ``plugin``, ``root`` node, nodes ``removed`` / ``added``), ``counts`` per rewrite, node
+    counts before / after (after constant folding) and run-time steps before / after (the
+    steps of the same model compiled with ``optimize=False``)."""
+    from dataclasses import asdict
+
+    report = sess.rewrites
+    steps_before = len(sess.program.steps)
+    if report.fired:
+        steps_before = len(InferenceSession(sess.model.proto, optimize=False).program.steps)
+    return {"fired": [asdict(f) for f in report.fired], "counts": report.counts(),
+            "nodes_before": report.nodes_before, "nodes_after": report.nodes_after,
+            "steps_before": steps_before, "steps_after": len(sess.program.steps)}

@@ -198,11 +198,11 @@ for _i, _pattern in enumerate(_hard_swish_patterns()):
 def _layer_norm_patterns():
     x = value("x")
     out = []
-    for mean in _mean_of(x, "mean"):
-        d = op("Sub", x, mean, name="d")
-        for var in _mean_of(op("Pow", d, const("two")), "var"):
-            normed = op("Div", d, op("Sqrt", op("Add", var, const("eps"))))
-            out.append(op("Add", op("Mul", normed, const("gamma")), const("beta")))
+    for form in range(2):   # both ReduceMeans with axes as attribute (opset < 18), or both as input
+        d = op("Sub", x, _mean_of(x, "mean")[form], name="d")
+        var = _mean_of(op("Pow", d, const("two")), "var")[form]
+        normed = op("Div", d, op("Sqrt", op("Add", var, const("eps"))))
+        out.append(op("Add", op("Mul", normed, const("gamma")), const("beta")))
     return out
 
 

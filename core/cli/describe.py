@@ -10,17 +10,26 @@ from .common import cli_errors, feed_options, feeds_from_options
 @main.command()
 @click.argument("model", type=click.Path(exists=True, dir_okay=False))
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def inspect(model: str, fmt: str) -> None:
-    """Every tensor of MODEL with dtype, symbolic shape, producing op and plugin."""
+@click.option("--rewrites", "show_rewrites", is_flag=True,
+              help="list the graph rewrites that fired (rewrite, plugin, root node, nodes removed/added) and the "
+                   "node and step counts before and after, instead of the tensors")
+def inspect(model: str, fmt: str, show_rewrites: bool) -> None:
+    """Every tensor of MODEL with dtype, symbolic shape, producing op and plugin.
+
+    Graph rewrites (fusions) are on unless DYNASHAPE_OPTIMIZE=0 is set."""
     import json
 
-    from ..inspect import inspect_session
+    from ..inspect import inspect_rewrites, inspect_session
     from ..session import InferenceSession
 
     with cli_errors(model):
-        report = inspect_session(InferenceSession(model))
+        sess = InferenceSession(model)
+        report = inspect_rewrites(sess) if show_rewrites else inspect_session(sess)
     if fmt == "json":
         click.echo(json.dumps(report, indent=1))
+        return
+    if show_rewrites:
+        _echo_rewrites(report)
         return
     rows = [(t["name"], t["dtype"] or "?", "?" if t["shape"] is None else "[" + ", ".join(map(str, t["shape"])) + "]",
              t["producer"], t["plugin"], "data-dependent" if t["data_dependent"] else "") for t in report["tensors"]]
@@ -31,6 +40,18 @@ def inspect(model: str, fmt: str) -> None:
         click.echo("  ".join(str(c)[:60].ljust(w) for c, w in zip(r, widths)).rstrip())
     s = report["summary"]
     click.echo(f"{s['fully_symbolic']} of {s['tensors']} tensors fully symbolic, {s['data_dependent']} data-dependent")
+
+
+def _echo_rewrites(report: dict) -> None:
+    rows = [(f["rewrite"], f["plugin"], f["root"], str(f["removed"]), str(f["added"])) for f in report["fired"]]
+    header = ("rewrite", "plugin", "root node", "removed", "added")
+    widths = [min(60, max(len(r[i]) for r in rows + [header])) for i in range(5)]
+    for r in [header] + rows:
+        click.echo("  ".join(str(c)[:60].ljust(w) for c, w in zip(r, widths)).rstrip())
+    counts = ", ".join(f"{name} x{n}" for name, n in report["counts"].items()) or "none"
+    click.echo(f"fired: {counts}")
+    click.echo(f"nodes: {report['nodes_before']} -> {report['nodes_after']}; "
+               f"steps: {report['steps_before']} -> {report['steps_after']}")
 
 
 def _plot_path(ctx, param, value):
