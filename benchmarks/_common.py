@@ -79,9 +79,9 @@ def make_feeds(model_path, shape: str | dict = "small") -> dict:
 
 
 # --------------------------------------------------------------------------- engines
-def dynashape_session(model, allocator: str = "pool"):
+def dynashape_session(model, allocator: str = "pool", optimize: bool = True):
     import dynashape
-    return dynashape.InferenceSession(model, allocator=allocator)
+    return dynashape.InferenceSession(model, allocator=allocator, optimize=optimize)
 
 
 def ort_session(model):

@@ -5,16 +5,20 @@ What is measured, per model (zoo.json, group "ort-optimized" skipped) and named 
   * dynashape: median ms of sess.run(None, feeds) on one InferenceSession(path, allocator="pool")
     shared by all shapes of the model (so the plan for the shape is cached after the warm-up);
   * ONNX Runtime: median ms, CPUExecutionProvider, intra_op_num_threads=1, inter_op_num_threads=1;
-  * ratio dynashape / ORT, and the max |difference| between their outputs.
+  * ratio dynashape / ORT, and the max |difference| between their outputs;
+  * steps: the run-time steps of the model's own graph -> after the graph rewrites
+    (fusions, docs/REWRITES.md); ``--no-optimize`` times the model with rewrites off.
 BLAS runs single-threaded (benchmarks/_env.py). Each cell gets one warm-up
 run, then timed runs (time.perf_counter) until they add up to ~0.3 s, at least 3 and at most 50.
 The end of the output lists each model's dynashape/ORT ratio at its large shape and whether
-the worst is under 20x.
+the worst is under 20x, then the geometric mean of the ratios at the small shapes and the
+worst transformer (bert, gpt2, vit, whisper) at the small and at the large shapes.
 
 Run from the repository root:
     python benchmarks/zoo.py                     # every model
     python benchmarks/zoo.py --models bert,gpt2  # keys containing any of these substrings
     python benchmarks/zoo.py --quick             # ~0.1 s per cell, 1-20 runs
+    python benchmarks/zoo.py --no-optimize       # graph rewrites off
 """
 from __future__ import annotations
 
@@ -22,12 +26,14 @@ import _env  # noqa: F401  (first: the BLAS environment, before numpy is importe
 
 # isort: split
 import argparse
+import math
 import time
 import warnings
 
 import _common as C
 
 SHAPE_ORDER = ("small", "odd", "large")
+TRANSFORMERS = ("bert", "gpt2", "vit", "whisper")
 RATIO_TARGET = 20.0
 
 
@@ -35,6 +41,7 @@ def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="", help="comma-separated substrings of zoo keys to keep")
     ap.add_argument("--quick", action="store_true", help="shorter timing (target 0.1 s, 1..20 runs)")
+    ap.add_argument("--no-optimize", action="store_true", help="sessions with the graph rewrites off")
     return ap.parse_args(argv)
 
 
@@ -73,7 +80,17 @@ def bench_shape(dyn, ort_sess, path, shape: str, timing: dict) -> dict:
     return row
 
 
-def bench_model(key: str, entry: dict, timing: dict) -> list[dict]:
+def _steps(path, dyn) -> str:
+    """"before->after": the steps of the model's own graph and of the rewritten one."""
+    if dyn is None:
+        return "-"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        before = len(C.dynashape_session(path, allocator="pool", optimize=False).program.steps)
+    return f"{before}->{len(dyn.program.steps)}"
+
+
+def bench_model(key: str, entry: dict, timing: dict, optimize: bool = True) -> list[dict]:
     path = C.ZOO_DIR / entry["file"]
     ort_sess = C.ort_session(path)
     dyn, load_error, load_ms = None, "", None
@@ -81,17 +98,18 @@ def bench_model(key: str, entry: dict, timing: dict) -> list[dict]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            dyn = C.dynashape_session(path, allocator="pool")
+            dyn = C.dynashape_session(path, allocator="pool", optimize=optimize)
         load_ms = (time.perf_counter() - t0) * 1e3
     except Exception as exc:  # noqa: BLE001 - report it and go on
         load_error = "load: " + C.short_error(exc)
+    steps = _steps(path, dyn)
     rows = []
     for shape in ordered_shapes(entry):
         try:
             row = bench_shape(dyn, ort_sess, path, shape, timing)
         except Exception as exc:  # noqa: BLE001 - feeds or ORT failed
             row = {"error": "setup: " + C.short_error(exc)}
-        row.update(model=key, shape=shape, dims=dims_text(entry["shapes"][shape]), load_ms=load_ms)
+        row.update(model=key, shape=shape, dims=dims_text(entry["shapes"][shape]), load_ms=load_ms, steps=steps)
         if load_error and not row.get("error"):
             row["error"] = load_error
         rows.append(row)
@@ -99,9 +117,9 @@ def bench_model(key: str, entry: dict, timing: dict) -> list[dict]:
     return rows
 
 
-COLUMNS = ("model", "shape", "dims", "dyn ms", "ORT ms", "dyn/ORT", "max|diff|", "runs dyn/ORT", "note")
-ALIGN = "lllrrrrrl"
-WIDTHS = [22, 6, 30, 9, 9, 7, 9, 12, 0]  # the model width is set from the keys in main()
+COLUMNS = ("model", "shape", "dims", "dyn ms", "ORT ms", "dyn/ORT", "max|diff|", "runs dyn/ORT", "steps", "note")
+ALIGN = "lllrrrrrrl"
+WIDTHS = [22, 6, 30, 9, 9, 7, 9, 12, 9, 0]  # the model width is set from the keys in main()
 
 
 def print_line(cells) -> None:
@@ -114,7 +132,7 @@ def print_row(row: dict) -> None:
     ratio = row.get("ratio")
     print_line([row["model"], row["shape"], row["dims"], C.fmt_ms(row.get("dyn_ms")), C.fmt_ms(row.get("ort_ms")),
                 "-" if ratio is None else f"{ratio:.2f}", C.fmt(row.get("diff")), row.get("runs") or "-",
-                row.get("error", "")])
+                row.get("steps") or "-", row.get("error", "")])
 
 
 def summary(rows: list[dict]) -> None:
@@ -139,6 +157,15 @@ def summary(rows: list[dict]) -> None:
               f"{verdict} {RATIO_TARGET:g}x")
     if failed:
         print(f"not measured at the large shape (dynashape failed): {', '.join(failed)}")
+    small = [r["ratio"] for r in rows if r["shape"] == "small" and r.get("ratio")]
+    if small:
+        geo = math.exp(sum(math.log(x) for x in small) / len(small))
+        print(f"geometric mean of the small-shape ratios over {len(small)} models: {geo:.2f}x")
+    for shape in ("small", "large"):
+        tf = [r for r in rows if r["shape"] == shape and r.get("ratio") and any(t in r["model"] for t in TRANSFORMERS)]
+        if tf:
+            worst = max(tf, key=lambda r: r["ratio"])
+            print(f"worst transformer at its {shape} shape: {worst['ratio']:.2f}x ({worst['model']})")
     bad = [r for r in rows if r.get("diff") is not None and not (r["diff"] <= 1e-3)]
     if bad:
         print("cells with max|diff| > 1e-3: " + ", ".join(f"{r['model']}/{r['shape']} ({C.fmt(r['diff'])})"
@@ -149,7 +176,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     C.require_zoo()
     C.header("zoo benchmark: dynashape (allocator=pool) vs ONNX Runtime (CPU, 1 thread)"
-             + (" [--quick]" if args.quick else ""))
+             + (" [--quick]" if args.quick else "") + (" [--no-optimize]" if args.no_optimize else ""))
     timing = timing_params(args.quick)
     catalog = C.zoo_catalog()
     wanted = [s for s in args.models.split(",") if s]
@@ -162,7 +189,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     rows = []
     for key in keys:
-        rows += bench_model(key, catalog[key], timing)
+        rows += bench_model(key, catalog[key], timing, optimize=not args.no_optimize)
     summary(rows)
     print(f"\ntotal {time.perf_counter() - t0:.1f} s")
     return 0
