@@ -56,7 +56,7 @@ def optimize_graph(pg: PreparedGraph, registry: Registry, inputs: Sequence[Value
 
     constants = {pg.names[s]: v for s, v in pg.constants.items()}
     nodes, constants, report = apply_rewrites(pg.graph, [pn.node for pn in pg.nodes], constants, rewrites,
-                                              shape_info)
+                                              shape_info, pg.opsets)
     if not report.fired:
         return pg, report
     g = pg.graph

@@ -100,8 +100,9 @@ class RewriteDef:
         name: unique among all plugins (``"fuse_gelu_erf"``); the order key after priority.
         pattern: the :class:`Pattern` whose root is the last node replaced.
         build: ``build(m) -> list[Node] | None``: the replacement nodes (made with
-            ``m.make``), producing every output of the root node that is used; None
-            declines (a shape, dtype or attribute case the fused op does not cover).
+            ``m.make``), producing every output of the root node that is used (or
+            forwarding it to another tensor with ``m.forward``); None declines (a shape,
+            dtype or attribute case the fused op does not cover).
         priority: higher runs first (a rewrite that consumes another's result runs after it).
         description: one line for ``dynashape inspect --rewrites`` and docs.
         plugin: filled in by the registry.
@@ -145,8 +146,9 @@ class RewriteReport:
 class _GraphState:
     """The node list being rewritten, with producer/consumer maps and shape knowledge."""
 
-    def __init__(self, graph: Graph, nodes: list, constants: dict, shape_info: Callable):
+    def __init__(self, graph: Graph, nodes: list, constants: dict, shape_info: Callable, opsets: Mapping):
         self.graph = graph
+        self.opsets = dict(opsets)
         self.nodes: list[Node] = list(nodes)
         self.constants: dict[str, np.ndarray] = dict(constants)
         self.outputs = {v.name for v in graph.outputs}
@@ -192,6 +194,7 @@ class Match:
         self.values: dict[str, str] = {}
         self.matched: list[Node] = []
         self.new_constants: dict[str, np.ndarray] = {}
+        self.forwards: dict[str, str] = {}
 
     def _copy(self) -> "Match":
         m = Match(self._state, self._rewrite)
@@ -232,6 +235,13 @@ class Match:
     def attr(self, node: str, attr: str, default: Any = None) -> Any:
         return self.nodes[node].attrs.get(attr, default)
 
+    def opset(self, node: str) -> int:
+        """The opset version a captured node runs at (its own pin, else the model's)."""
+        n = self.nodes[node]
+        if n.opset is not None:
+            return n.opset
+        return self._state.opsets.get(n.domain, self._state.opsets.get("", 1) if not n.domain else 1)
+
     @staticmethod
     def same_dim(a, b) -> bool:
         """True when two dims are provably equal for every value of the symbols."""
@@ -250,6 +260,12 @@ class Match:
         name = self.fresh(hint)
         self.new_constants[name] = np.asarray(array)
         return name
+
+    def forward(self, output: str, to: str) -> None:
+        """Let every consumer of ``output`` (a root output) read tensor ``to`` instead, so the
+        replacement need not produce it (an Identity or a no-op Cast removed outright). A
+        graph output cannot be forwarded: the rewrite then does not fire."""
+        self.forwards[output] = to
 
     def make(self, op_type: str, inputs: Sequence[str], outputs: Optional[Sequence[str]] = None,
              domain: str = "", opset: Optional[int] = None, name: str = "", **attrs: Any) -> Node:
@@ -353,9 +369,9 @@ def _try(rw: RewriteDef, state: _GraphState, root: Node) -> Optional[tuple]:
         if not _removable(m):
             continue
         built = rw.build(m)
-        if built is None:
+        if built is None or any(o in state.outputs for o in m.forwards):
             continue
-        produced = {o for n in built for o in n.outputs if o}
+        produced = {o for n in built for o in n.outputs if o} | set(m.forwards)
         used = [o for o in root.outputs if o and (o in state.outputs or state.consumers.get(o))]
         if not set(used) <= produced:
             raise ValueError(f"rewrite '{rw.name}' (plugin '{rw.plugin}') at node '{root.name}' does not produce "
@@ -364,9 +380,16 @@ def _try(rw: RewriteDef, state: _GraphState, root: Node) -> Optional[tuple]:
     return None
 
 
+def _forwarded(node: Node, forwards: Mapping[str, str]) -> Node:
+    if not any(i in forwards for i in node.inputs):
+        return node
+    return Node(node.name, node.op_type, node.domain, tuple(forwards.get(i, i) for i in node.inputs),
+                node.outputs, node.attrs, node.opset)
+
+
 def apply_rewrites(graph: Graph, nodes: Sequence[Node], constants: Mapping[str, np.ndarray],
-                   rewrites: Sequence[RewriteDef], shape_info: Callable[[str], tuple]
-                   ) -> tuple[list[Node], dict, RewriteReport]:
+                   rewrites: Sequence[RewriteDef], shape_info: Callable[[str], tuple],
+                   opsets: Optional[Mapping[str, int]] = None) -> tuple[list[Node], dict, RewriteReport]:
     """Run ``rewrites`` (already in order) over ``nodes`` (topologically ordered).
 
     Args:
@@ -374,6 +397,7 @@ def apply_rewrites(graph: Graph, nodes: Sequence[Node], constants: Mapping[str, 
         constants: tensor name -> value of every constant (initializers and folded values).
         shape_info: tensor name -> ``(symbolic shape or None, dtype or None)`` of the graph
             before rewriting (names a rewrite makes are unknown).
+        opsets: the model's opset per domain ("" for ai.onnx).
 
     Returns:
         the new node list (topologically ordered), the constants (new ones added) and the
@@ -382,11 +406,14 @@ def apply_rewrites(graph: Graph, nodes: Sequence[Node], constants: Mapping[str, 
     Raises:
         ValueError: a rewrite's replacement does not produce the root's used outputs.
     """
-    state = _GraphState(graph, list(nodes), dict(constants), shape_info)
+    state = _GraphState(graph, list(nodes), dict(constants), shape_info, opsets or {})
     report = RewriteReport(nodes_before=len(state.nodes))
     for rw in rewrites:
         roots = [n for n in state.nodes if n.op_type == rw.pattern.op_type and n.domain == rw.pattern.domain]
+        renamed: dict[int, Node] = {}   # a root whose inputs a forward rewrote -> its new node
         for root in roots:
+            while id(root) in renamed:
+                root = renamed[id(root)]
             if not any(n is root for n in state.nodes):
                 continue   # consumed by an earlier match of this rewrite
             found = _try(rw, state, root)
@@ -398,6 +425,10 @@ def apply_rewrites(graph: Graph, nodes: Sequence[Node], constants: Mapping[str, 
             before = [n for n in state.nodes[:at] if id(n) not in gone]
             after = [n for n in state.nodes[at + 1:] if id(n) not in gone]
             state.nodes = before + built + after
+            if m.forwards:
+                new_nodes = [_forwarded(n, m.forwards) for n in state.nodes]
+                renamed.update({id(a): b for a, b in zip(state.nodes, new_nodes) if a is not b})
+                state.nodes = new_nodes
             state.constants.update(m.new_constants)
             state.reindex()
             report.fired.append(Fired(rw.name, rw.plugin, root.name, len(m.matched), len(built)))

@@ -3,6 +3,8 @@
 * ``FusedMatMul(A, B, bias?)``: ``activation(A @ B' + bias)`` with ``B' = B`` or, with
   ``transB=1``, B's last two axes swapped; numpy.matmul semantics (batch dims broadcast).
 * ``FusedConv(X, W, B?)``: ``activation(Conv(X, W, B))`` with every Conv attribute.
+* ``FusedAttention(Q, KT, V, mask?)``: ``Softmax(Q @ KT * scale + mask) @ V`` (the scores
+  in a scratch buffer), the attention core of exported transformers.
 
 ``activation`` names the epilogue (``""`` for none) and ``activation_params`` its floats:
 Relu, Sigmoid, Tanh, LeakyRelu (alpha), HardSigmoid (alpha, beta), HardSwish, Clip (min,
@@ -24,6 +26,7 @@ from dynashape.shapes import check_unidirectional
 from . import activations as act
 from . import nn
 from .linalg import _matmul_shape
+from .reduction import _softmax_body
 
 lib = OpLibrary()
 
@@ -140,3 +143,62 @@ def _fused_conv(inputs, outputs, p: _ConvPlan):
     nn._conv(inputs, outputs, p.conv)
     if p.epilogue is not None:
         p.epilogue(outputs[0])
+
+
+# FusedAttention ----------------------------------------------------------------------
+
+@lib.op("FusedAttention", 1, domain=DOMAIN, infer_dtype=same_dtype(0))
+def _fused_attention_shape(ctx):
+    """FusedAttention(Q, KT, V, mask?): Softmax(scale(Q @ KT) + mask, last axis) @ V, the
+    attention core exporters write as MatMul -> Mul/Div -> Add -> Softmax -> MatMul.
+
+    ``scale`` multiplies the scores (``divide=1``: divides them by it), as the matched Mul
+    or Div did. Shapes: Q (..., S, D), KT (..., D, T), V (..., T, Dv) -> (..., S, Dv); the
+    mask broadcasts to the scores (..., S, T) unidirectionally. Dtypes: float32/float64.
+    Source: ONNX MatMul-13, Softmax-13 (Attention-23 is the same computation with K not
+    transposed and its own mask forms)."""
+    scores = _matmul_shape(ctx, ctx.shape(0), ctx.shape(1))
+    if ctx.has_input(3) and scores is not None and ctx.shape(3) is not None:
+        check_unidirectional(ctx, ctx.shape(3), scores, "mask")
+    return [_matmul_shape(ctx, scores, ctx.shape(2))]
+
+
+def _scores_shape(ctx) -> tuple:
+    from dynashape.shapes import broadcast_shapes
+
+    q, kt = ctx.shape(0), ctx.shape(1)
+    return broadcast_shapes(ctx, tuple(q[:-2]), tuple(kt[:-2])) + (q[-2], kt[-1])
+
+
+def _attention_scores_scratch(ctx) -> list:
+    """The scores (..., S, T) in the input dtype: planned in the arena for the step."""
+    return [(_scores_shape(ctx), ctx.dtype(0))]
+
+
+class _AttentionPlan(NamedTuple):
+    scale: float
+    divide: bool
+    scores: tuple   # the scores' shape
+
+
+def _fused_attention_prepare(ctx) -> _AttentionPlan:
+    return _AttentionPlan(float(ctx.attr("scale", 1.0)), bool(ctx.attr("divide", 0)), _scores_shape(ctx))
+
+
+@lib.kernel("FusedAttention", domain=DOMAIN, dtypes=_FLOATS, prepare=_fused_attention_prepare,
+            scratch=_attention_scores_scratch)
+def _fused_attention(inputs, outputs, p: _AttentionPlan):
+    """The same operations as the unfused nodes, in their order, on one scores buffer."""
+    q, kt, v = inputs[0], inputs[1], inputs[2]
+    mask = inputs[3] if len(inputs) > 3 else None
+    scores = nn._scratch(outputs, 1, int(np.prod(p.scores)), q.dtype).reshape(p.scores)
+    np.matmul(q, kt, out=scores)
+    if p.divide:
+        np.divide(scores, scores.dtype.type(p.scale), out=scores)
+    elif p.scale != 1.0:
+        np.multiply(scores, scores.dtype.type(p.scale), out=scores)
+    if mask is not None:
+        np.add(scores, mask, out=scores)
+    if scores.size:
+        _softmax_body(scores, scores, scores.ndim - 1)
+    np.matmul(scores, v, out=outputs[0])

@@ -1,10 +1,12 @@
 """The builtin graph rewrites (docs/REWRITES.md has the table of what each replaces).
 
-Order (priority, highest first): Transpose pairs and no-op Casts (50); GELU in its erf and
+Order (priority, highest first): Transpose pairs, no-op Casts, Identity and inference-mode
+Dropout (50; the last three are removed outright, their readers reading the input); GELU in its erf and
 tanh forms, HardSwish, LayerNormalization and RMSNormalization decomposed into
 elementwise ops and reductions (40); Conv + BatchNormalization folded into the Conv's
-weights (30); MatMul + bias Add and MatMul with a transposed B (20); an activation after
-a FusedMatMul, Conv or FusedConv absorbed into it (10).
+weights (30); the attention core MatMul -> scale -> + mask -> Softmax -> MatMul (25);
+MatMul + bias Add and MatMul with a transposed B (20); an activation after a FusedMatMul
+or a Conv absorbed into it (10).
 
 Every rewrite is exact for every shape its symbols allow: it checks dtypes (float32 or
 float64 where a fused kernel computes), that constants broadcast without changing the
@@ -94,13 +96,37 @@ def _transpose_pair(m: Match):
 
 
 @lib.rewrite("cast_noop", op("Cast", value("x"), name="cast"), priority=50,
-             description="Cast to the dtype the input already has -> Identity")
+             description="Cast to the dtype the input already has: removed (its readers read the input)")
 def _cast_noop(m: Match):
     dt = m.dtype("x")
     to = m.attr("cast", "to")
     if dt is None or to is None or np_dtype(int(to)) != np.dtype(dt):
         return None
-    return [m.make("Identity", [m.value("x")])]
+    m.forward(m.root.outputs[0], m.value("x"))
+    return []
+
+
+@lib.rewrite("identity", op("Identity", value("x")), priority=50,
+             description="Identity (not a graph output): removed, its readers read the input")
+def _identity(m: Match):
+    if m.dtype("x") is None or not isinstance(m.dtype("x"), np.dtype):
+        return None   # sequences and optionals keep their Identity (a copy of the container)
+    m.forward(m.root.outputs[0], m.value("x"))
+    return []
+
+
+@lib.rewrite("dropout_inference", op("Dropout", value("x"), more_inputs=True, name="dropout"), priority=50,
+             description="Dropout in inference mode with only its output read: removed")
+def _dropout(m: Match):
+    n = m.node("dropout")
+    used = [o for o in n.outputs[1:] if o]
+    ins = list(n.inputs) + ["", ""]
+    training = ins[2] and (m.const(ins[2]) is None or bool(np.asarray(m.const(ins[2])).reshape(-1)[0]))
+    if used or training or n.attrs.get("is_test", 1) == 0 and m.opset("dropout") < 7 or \
+            not isinstance(m.dtype("x"), np.dtype):
+        return None
+    m.forward(n.outputs[0], m.value("x"))
+    return []
 
 
 # GELU --------------------------------------------------------------------------------
@@ -378,3 +404,49 @@ def _register_absorbing(inner_op: str, inner_domain: str, fused_op: str) -> None
 
 _register_absorbing("Conv", "", "FusedConv")
 _register_absorbing("FusedMatMul", DOMAIN, "FusedMatMul")
+
+
+# the attention core ------------------------------------------------------------------
+
+def _attention_patterns():
+    scores = op("MatMul", value("q"), value("kt"), name="qk")
+    out = []
+    for scale_op in ("Mul", "Div", None):
+        scaled = scores if scale_op is None else op(scale_op, scores, const("scale"), name="scaled")
+        for masked in (scaled, op("Add", scaled, value("mask"), name="masked")):
+            out.append(op("MatMul", op("Softmax", masked, name="softmax"), value("v")))
+    return out   # (an Identity or inference Dropout between Softmax and MatMul is removed first)
+
+
+def _attention(m: Match):
+    """MatMul(Softmax(MatMul(Q, KT) * or / scale + mask, last axis), V) -> FusedAttention."""
+    q, kt, v = m.value("q"), m.value("kt"), m.value("v")
+    scores = m.node("qk").outputs[0]
+    shape = m.shape(scores)
+    if not _is_float(m, q) or m.dtype(kt) != m.dtype(q) or m.dtype(v) != m.dtype(q) or shape is None:
+        return None
+    if len(shape) < 2 or (m.rank(q) or 0) < 2 or (m.rank(kt) or 0) < 2 or (m.rank(v) or 0) < 2:
+        return None
+    softmax = m.node("softmax")
+    axis = softmax.attrs.get("axis", -1 if m.opset("softmax") >= 13 else 1)
+    if axis not in (-1, len(shape) - 1):
+        return None
+    attrs = {}
+    if "scale" in m.values:
+        if not _scalar_like(m, "scale", scores):
+            return None
+        attrs = {"scale": _scalar(m, "scale"), "divide": int(m.node("scaled").op_type == "Div")}
+    inputs = [q, kt, v]
+    if "mask" in m.values:
+        masked = m.shape(m.node("masked").outputs[0])
+        mask = m.shape("mask")
+        if masked is None or mask is None or len(masked) != len(shape) or len(mask) > len(shape) or \
+                not all(m.same_dim(a, b) for a, b in zip(masked, shape)) or m.dtype("mask") != m.dtype(q):
+            return None
+        inputs.append(m.value("mask"))
+    return [m.make("FusedAttention", inputs, domain=DOMAIN, **attrs)]
+
+
+for _i, _pattern in enumerate(_attention_patterns()):
+    lib.rewrite(f"attention_{_i}", _pattern, priority=25,
+                description="MatMul -> scale -> + mask -> Softmax -> MatMul -> FusedAttention")(_attention)

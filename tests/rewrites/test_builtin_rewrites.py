@@ -114,9 +114,27 @@ def test_a_transpose_read_by_two_nodes_is_kept():
 def test_cast_to_its_own_dtype_is_removed_and_a_real_cast_is_kept():
     g = G()
     x = g.input("x", X)
-    y = g.op("Relu", g.op("Cast", x, to=F))
+    y = g.op("Relu", g.op("Cast", g.op("Cast", x, to=F), to=F))
     z = g.op("Cast", g.op("Cast", x, to=TensorProto.FLOAT16), to=F)
-    assert check(g.model(y, z), "cast_noop", atol=2e-3, rtol=2e-3)["cast_noop"] == 1
+    assert check(g.model(y, z), "cast_noop", atol=2e-3, rtol=2e-3)["cast_noop"] == 2
+
+
+def test_identity_and_inference_dropout_are_removed_but_a_graph_output_identity_stays():
+    g = G()
+    x = g.input("x", X)
+    y = g.op("Relu", g.op("Dropout", g.op("Identity", x), g.const(0.3)))
+    kept = g.op("Identity", y)
+    sess = dynashape.InferenceSession(g.model(kept).SerializeToString(), optimize=True)
+    assert sess.rewrites.counts() == {"identity": 1, "dropout_inference": 1}
+    assert [pn.node.op_type for pn in sess.graph.nodes] == ["Relu", "Identity"]
+    check(g.model(kept), "identity")
+
+
+def test_a_training_mode_dropout_stays():
+    g = G(opset=13)
+    x = g.input("x", X)
+    y = g.op("Dropout", x, g.const(0.0), g.const(True, np.bool_))   # ratio 0: deterministic
+    check(g.model(g.op("Relu", y)), None)
 
 
 # --- GELU, HardSwish -------------------------------------------------------------------
@@ -324,6 +342,38 @@ def test_matmul_with_another_transpose_stays():
     check(g.model(g.op("MatMul", a, g.op("Transpose", b, perm=[1, 0, 2]))), None)
 
 
+# --- attention -------------------------------------------------------------------------
+
+HEADS = ["batch", 2, "seq", 4]
+
+
+def _attention(g: G, scale_op, mask_dims=None, axis=-1, opset_mask=False):
+    q, k, v = g.input("q", HEADS), g.input("k", HEADS), g.input("v", HEADS)
+    s = g.op("MatMul", q, g.op("Transpose", k, perm=[0, 1, 3, 2]))
+    if scale_op == "Mul":
+        s = g.op("Mul", s, g.const(0.5))
+    elif scale_op == "Div":
+        s = g.op("Div", s, g.const(2.0))
+    if mask_dims is not None:
+        s = g.op("Add", s, g.input("mask", mask_dims))
+    return g.op("MatMul", g.op("Softmax", s, axis=axis), v)
+
+
+@pytest.mark.parametrize("with_mask", [False, True])
+@pytest.mark.parametrize("scale_op", ["Mul", "Div", None])
+def test_attention_core(scale_op, with_mask):
+    g = G(opset=13)
+    check(g.model(_attention(g, scale_op, ["batch", 1, 1, "seq"] if with_mask else None)), "attention")
+
+
+def test_attention_with_a_mask_that_broadcasts_the_scores_or_softmax_over_another_axis_stays():
+    g = G(opset=13)
+    wide = _attention(g, "Mul", [3, "batch", 1, 1, "seq"])     # the mask makes the scores rank 5
+    check(g.model(wide), "matmul_transposed_b")                # only the K transpose is absorbed
+    g = G(opset=13)
+    check(g.model(_attention(g, "Div", None, axis=2)), "matmul_transposed_b")
+
+
 # --- coverage --------------------------------------------------------------------------
 
 def _cases_fired() -> set:
@@ -365,9 +415,16 @@ def _cases_fired() -> set:
     g = G()
     a, b = g.input("a", ["batch", "seq", 8]), g.input("b", ["batch", 5, 8])
     models.append(g.model(g.op("MatMul", a, g.op("Transpose", b, perm=[0, 2, 1]))))
+    for scale_op in ("Mul", "Div", None):
+        for mask in (None, ["batch", 1, 1, "seq"]):
+            g = G(opset=13)
+            models.append(g.model(_attention(g, scale_op, mask)))
+    g = G()
+    x = g.input("x", X)
+    models.append(g.model(g.op("Relu", g.op("Dropout", g.op("Identity", x)))))
     fired = set()
     for m in models:
-        fired |= set(dynashape.InferenceSession(m.SerializeToString()).rewrites.counts())
+        fired |= set(dynashape.InferenceSession(m.SerializeToString(), optimize=True).rewrites.counts())
     return fired
 
 
