@@ -22,12 +22,15 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 from dataclasses import dataclass
 
 import numpy as np
 from dynashape.dtypes import as_dtype, compute_dtype, np_dtype
 from dynashape.records import OpLibrary, same_dtype
 from dynashape.shapes import dim_max, dim_min, is_known, normalize_axis, numel, pool_output_dim
+
+from .reduction import trailing_sums
 
 lib = OpLibrary()
 
@@ -1125,6 +1128,16 @@ def _layer_norm_scratch(ctx) -> list:
     return [(shape, _layer_norm_cdtype(ctx))] * 2
 
 
+def _mean_over(x: np.ndarray, axes: tuple) -> np.ndarray:
+    """The mean over the trailing ``axes`` (keepdims): BLAS row sums where they apply
+    (``reduction.trailing_sums``), else numpy's mean."""
+    sums = trailing_sums(x, len(axes))
+    if sums is None:
+        return x.mean(axis=axes, keepdims=True, dtype=x.dtype)
+    sums *= x.dtype.type(1.0 / math.prod(x.shape[axes[0]:]))
+    return sums
+
+
 @lib.kernel("LayerNormalization", prepare=_layer_norm_prepare, scratch=_layer_norm_scratch)
 def _layer_norm(inputs, outputs, prepared):
     """(X - mean) / sqrt(var + epsilon) * Scale + B over the normalised axes, into Y; the
@@ -1135,10 +1148,13 @@ def _layer_norm(inputs, outputs, prepared):
     size = x.size
     centered = _scratch(outputs, n, size, cdtype).reshape(x.shape)
     squares = _scratch(outputs, n + 1, size, cdtype).reshape(x.shape)
-    mean = x.mean(axis=axes, keepdims=True, dtype=cdtype)
+    mean = _mean_over(x, axes)
     np.subtract(x, mean, out=centered)
     np.square(centered, out=squares)
-    inv_std = 1.0 / np.sqrt(squares.mean(axis=axes, keepdims=True) + eps)
+    inv_std = _mean_over(squares, axes)
+    inv_std += eps
+    np.sqrt(inv_std, out=inv_std)
+    np.reciprocal(inv_std, out=inv_std)
     result = y if y.dtype == cdtype else squares
     np.multiply(centered, inv_std, out=result)
     np.multiply(result, as_dtype(inputs[1], cdtype), out=result)

@@ -14,6 +14,7 @@ float16/bfloat16/float8 inputs are computed in float32 and cast back; float32 st
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -430,15 +431,25 @@ def _softmax_prepare(ctx):
     return _SoftmaxPlan(None, axis, work)
 
 
-def _row_sums(out: np.ndarray) -> np.ndarray | None:
-    """Sums over the last axis of a C-contiguous float32/float64 array as one BLAS
-    matrix-vector product (keepdims shape), None where that does not apply. numpy's own
-    reduction over a short last axis makes a slow pass of its own; BLAS adds in another
-    order, within a few ulp of it."""
-    n = out.shape[-1] if out.ndim else 0
-    if n == 0 or out.dtype not in (_F32, _F64) or not out.flags.c_contiguous:
+@functools.lru_cache(maxsize=256)
+def _ones(n: int, dtype: np.dtype) -> np.ndarray:
+    ones = np.ones(n, dtype)
+    ones.flags.writeable = False
+    return ones
+
+
+def trailing_sums(x: np.ndarray, n_axes: int = 1) -> np.ndarray | None:
+    """Sums over the last ``n_axes`` axes of a C-contiguous float32/float64 array (keepdims
+    shape) as one BLAS matrix-vector product, None where that does not apply. numpy's own
+    reduction over short trailing axes costs a slow pass and several Python-level steps
+    (``mean``), which dominate at small shapes; BLAS adds in another order, within a few
+    ulp of it."""
+    if x.dtype not in (_F32, _F64) or not x.flags.c_contiguous or not 0 < n_axes <= x.ndim:
         return None
-    return (out.reshape(-1, n) @ np.ones(n, out.dtype)).reshape(out.shape[:-1] + (1,))
+    inner = math.prod(x.shape[x.ndim - n_axes:])
+    if inner == 0:
+        return None
+    return (x.reshape(-1, inner) @ _ones(inner, x.dtype)).reshape(x.shape[:x.ndim - n_axes] + (1,) * n_axes)
 
 
 def _softmax_body(x, out, axis):
@@ -446,7 +457,7 @@ def _softmax_body(x, out, axis):
     onnxruntime's MLAS does)."""
     np.subtract(x, np.max(x, axis=axis, keepdims=True), out=out)
     np.exp(out, out=out)
-    sums = _row_sums(out) if axis == out.ndim - 1 else None
+    sums = trailing_sums(out) if axis == out.ndim - 1 else None
     if sums is None:
         sums = np.add.reduce(out, axis=axis, keepdims=True)
     np.multiply(out, np.reciprocal(sums, out=sums), out=out)
