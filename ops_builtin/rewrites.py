@@ -402,8 +402,36 @@ def _register_absorbing(inner_op: str, inner_domain: str, fused_op: str) -> None
                         description=f"{t} after {inner_op} -> {fused_op}(activation={t})")(build)
 
 
+def _gemm_as_matmul(m: Match) -> Optional[dict]:
+    """FusedMatMul attributes for the matched Gemm when it is A @ B' + C with alpha = beta = 1,
+    A not transposed and C absent or a vector of N (Gemm-11/13: C broadcasts to (M, N))."""
+    n = m.node("inner")
+    if n.attrs.get("transA", 0) or n.attrs.get("alpha", 1.0) != 1.0 or n.attrs.get("beta", 1.0) != 1.0:
+        return None
+    if m.opset("inner") < 11 or m.rank(n.inputs[0]) != 2 or m.rank(n.inputs[1]) != 2:
+        return None
+    if len(n.inputs) > 2 and n.inputs[2] and not _last_axis_vector(m, n.inputs[2], n.outputs[0]):
+        return None
+    return {"transB": int(n.attrs.get("transB", 0))}
+
+
+def _register_gemm_absorbing() -> None:
+    for t in _ACTIVATION_OPS:
+        for n_extra in ({0, 2} if t == "Clip" else {0}):
+            pattern = op(t, op("Gemm", value(), value(), name="inner", more_inputs=True),
+                         *(const(), const())[:n_extra], name="act")
+
+            def build(m: Match):
+                attrs = _gemm_as_matmul(m)
+                return None if attrs is None else _absorb(m, "FusedMatMul", attrs)
+            suffix = f"_{n_extra}" if t == "Clip" else ""
+            lib.rewrite(f"fusedmatmul_gemm_{t.lower()}{suffix}", pattern, priority=10,
+                        description=f"{t} after Gemm (alpha = beta = 1) -> FusedMatMul(activation={t})")(build)
+
+
 _register_absorbing("Conv", "", "FusedConv")
 _register_absorbing("FusedMatMul", DOMAIN, "FusedMatMul")
+_register_gemm_absorbing()
 
 
 # the attention core ------------------------------------------------------------------

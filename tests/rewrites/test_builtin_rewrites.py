@@ -330,6 +330,26 @@ def test_matmul_bias_activation_fuses(op_type, attrs):
     check(g.model(y), f"fusedmatmul_fusedmatmul_{op_type.lower()}")
 
 
+def _gemm(g: G, x: str, trans_b: int = 0, **attrs):
+    w = RNG.standard_normal((6, 8) if trans_b else (8, 6))
+    return g.op("Gemm", x, g.const(w), g.const(RNG.standard_normal(6)), transB=trans_b, **attrs)
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
+@pytest.mark.parametrize("op_type,attrs", ACTIVATIONS)
+def test_gemm_activation_fuses(op_type, attrs, trans_b):
+    g = G(opset=20)
+    y = _activation(g, _gemm(g, g.input("x", ["batch", 8]), trans_b), op_type, attrs)
+    check(g.model(y), f"fusedmatmul_gemm_{op_type.lower()}")
+
+
+def test_gemm_with_alpha_or_transposed_a_keeps_its_activation_apart():
+    g = G(opset=13)
+    y = g.op("Relu", _gemm(g, g.input("x", ["batch", 8]), alpha=2.0))
+    z = g.op("Relu", g.op("Gemm", g.input("xt", [8, "batch"]), g.const(RNG.standard_normal((8, 6))), transA=1))
+    check(g.model(y, z), None)
+
+
 def test_matmul_with_transposed_b():
     g = G()
     a, b = g.input("a", ["batch", "seq", 8]), g.input("b", ["batch", 5, 8])
@@ -403,11 +423,15 @@ def _cases_fired() -> set:
         models.append(g.model(_activation(g, _conv(g, g.input("x", IMG)), op_type, attrs)))
         g = G(opset=20)
         models.append(g.model(_activation(g, _linear(g, g.input("x", X)), op_type, attrs)))
+        g = G(opset=20)
+        models.append(g.model(_activation(g, _gemm(g, g.input("x", ["batch", 8])), op_type, attrs)))
     for opset in (6,):
         g = G(opset=opset)
         models.append(g.model(g.op("Clip", _conv(g, g.input("x", IMG)), min=0.0, max=6.0)))
         g = G(opset=opset)
         models.append(g.model(g.op("Clip", _linear(g, g.input("x", X)), min=0.0, max=6.0)))
+    g = G(opset=11)
+    models.append(g.model(g.op("Clip", _gemm(g, g.input("x", ["batch", 8])))))
     g = G()
     x = g.input("x", X)
     models.append(g.model(g.op("Transpose", g.op("Transpose", x, perm=[1, 0, 2]), perm=[1, 0, 2]),
