@@ -175,7 +175,8 @@ def test_bench_prints_median_spread_ratio_and_new_shape_costs(tiny):
     ort_med, ort_p10, ort_p90 = _value(out, r"^onnxruntime: +median ([\d.]+) ms  p10 ([\d.]+) ms  p90 ([\d.]+) ms")
     assert 0 < ort_p10 <= ort_med <= ort_p90
     (ratio,) = _value(out, r"^ratio: +dynashape / onnxruntime = ([\d.]+)x \(medians")
-    assert ratio == pytest.approx(med / ort_med, rel=0.05, abs=0.02)
+    half = 0.0005   # the medians are printed to 3 decimals: the ratio of the printed values may be off by that
+    assert (med - half) / (ort_med + half) - 0.01 <= ratio <= (med + half) / max(ort_med - half, 1e-9) + 0.01
     first, planning, cached, extra = _value(
         out, r"^new shape: +first run of a fresh session ([\d.]+) ms \(planning ([\d.]+) ms\) "
              r"vs cached median ([\d.]+) ms = ([+-][\d.]+) ms")
