@@ -72,8 +72,9 @@ class Engine:
     def __init__(self, pg: PreparedGraph, registry: Registry, input_dims: dict, input_dtypes: dict,
                  input_names: Sequence[str], allocator: str = "pool", *, validate: bool = False,
                  strict_dim_params: bool = False, plan_cache_size: int = 8, name: str = "model",
-                 input_values: Optional[dict] = None):
+                 input_values: Optional[dict] = None, optimize: bool = False):
         self.pg = pg
+        self.optimize = optimize   # subgraphs (If/Loop/Scan bodies) run the graph rewrites too
         self.registry = registry
         self.input_dims = input_dims
         self.input_dtypes = input_dtypes
@@ -242,7 +243,7 @@ class Engine:
 
     def _compile(self, input_dims: dict, input_dtypes: Optional[dict] = None) -> Program:
         return Program(self.pg, self.registry, input_dims, input_dtypes or self.input_dtypes, self.allocator,
-                       self.input_values, self.name, validate=self.validate)
+                       self.input_values, self.name, validate=self.validate, optimize=self.optimize)
 
     # --- dim_params as hints -------------------------------------------------------------
     def _bind(self, feeds: Sequence) -> tuple[Program, tuple]:

@@ -8,7 +8,7 @@ constant-only nodes, such as a Conv whose folded BatchNormalization made new wei
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from .graph import PreparedGraph, prepare_graph
 from .inference import fold_constants
@@ -17,10 +17,11 @@ from .registry import Registry
 from .rewrite import RewriteReport, apply_rewrites
 from .symbolic_inference import infer_symbolic
 
-__all__ = ["optimize_graph"]
+__all__ = ["optimize_graph", "input_dims"]
 
 
-def _input_dims(pg: PreparedGraph, inputs: Sequence[ValueInfo]) -> tuple[dict, dict]:
+def input_dims(pg: PreparedGraph, inputs: Sequence[ValueInfo]) -> tuple[dict, dict]:
+    """Symbolic dims and dtypes of a graph's declared inputs, by slot (as the session makes them)."""
     taken = {d.value for vi in inputs if vi.dims for d in vi.dims if isinstance(d.value, str)}
     taken |= set(pg.names)
     dims = {pg.slot[vi.name]: input_dim_exprs(vi, taken) for vi in inputs}
@@ -28,9 +29,15 @@ def _input_dims(pg: PreparedGraph, inputs: Sequence[ValueInfo]) -> tuple[dict, d
     return dims, dtypes
 
 
-def optimize_graph(pg: PreparedGraph, registry: Registry, inputs: Sequence[ValueInfo], fold: bool = True
+def optimize_graph(pg: PreparedGraph, registry: Registry, dims: Mapping[int, Any], dtypes: Mapping[int, Any],
+                   reprepare: Optional[Callable[[Graph], PreparedGraph]] = None, fold: bool = True
                    ) -> tuple[PreparedGraph, RewriteReport]:
     """``pg`` with the registry's rewrites applied (``pg`` itself when none fired).
+
+    Args:
+        dims, dtypes: symbolic dims (None: rank unknown) and dtypes of ``pg``'s input slots.
+        reprepare: how the rewritten :class:`Graph` becomes a prepared graph again (a
+            subgraph passes its outer names); default ``prepare_graph(graph, registry, opsets)``.
 
     Raises:
         ValueError: a rewrite built a replacement that does not produce its root's outputs.
@@ -41,7 +48,7 @@ def optimize_graph(pg: PreparedGraph, registry: Registry, inputs: Sequence[Value
     roots = {(rw.pattern.domain, rw.pattern.op_type) for rw in rewrites}
     if not rewrites or not any((pn.node.domain, pn.node.op_type) in roots for pn in pg.nodes):
         return pg, report
-    sg: Optional[object] = None
+    sg: Optional[Any] = None
 
     def shape_info(name: str) -> tuple:
         nonlocal sg
@@ -49,8 +56,7 @@ def optimize_graph(pg: PreparedGraph, registry: Registry, inputs: Sequence[Value
         if slot is None:
             return None, None
         if sg is None:
-            dims, dtypes = _input_dims(pg, inputs)
-            sg = infer_symbolic(pg, registry, dims, dtypes)
+            sg = infer_symbolic(pg, registry, dict(dims), dict(dtypes))
         shape = None if sg.is_data_dependent(slot) else sg.shapes[slot]
         return shape, sg.dtypes[slot]
 
@@ -61,7 +67,7 @@ def optimize_graph(pg: PreparedGraph, registry: Registry, inputs: Sequence[Value
         return pg, report
     g = pg.graph
     rewritten = Graph(g.name, nodes, g.inputs, g.outputs, constants, g.value_info, g.overridable)
-    new_pg = prepare_graph(rewritten, registry, pg.opsets)
+    new_pg = reprepare(rewritten) if reprepare is not None else prepare_graph(rewritten, registry, pg.opsets)
     if fold:
         fold_constants(new_pg, registry)
     report.nodes_after = len(new_pg.nodes)

@@ -129,8 +129,9 @@ class Program:
 
     def __init__(self, pg: PreparedGraph, registry: Registry, input_dims: dict, input_dtypes: dict,
                  allocator: str = "pool", input_values: Optional[dict] = None, name: str = "graph",
-                 validate: bool = False):
+                 validate: bool = False, optimize: bool = False):
         self.pg = pg
+        self.optimize = optimize
         self.registry = registry
         self.allocator = allocator
         self.validate = validate
@@ -619,7 +620,7 @@ class Program:
             dtypes[name] = self.sg.dtypes[slot]
         return SubgraphRunner(graph, self.pg.opsets, self.registry, allocator=self.allocator,
                               outer_dims=dims, outer_dtypes=dtypes, outer_constants=constants,
-                              validate=self.validate)
+                              validate=self.validate, optimize=self.optimize)
 
     # --- reports -------------------------------------------------------------------------
     def describe(self) -> dict:

@@ -26,7 +26,7 @@ from .executor import Arena, RunStats
 from .graph import PreparedGraph, prepare_graph
 from .inference import fold_constants
 from .model import FIXED, SYMBOLIC, Model, ModelMetadata, ValueInfo, input_dim_exprs, load_model, model_metadata
-from .optimize import optimize_graph
+from .optimize import input_dims, optimize_graph
 from .options import RunOptions, SessionOptions, resolve_providers, session_settings, warn_once
 from .plan import Plan
 from .profiling import Profiler
@@ -232,7 +232,8 @@ class InferenceSession:
         self.optimize = bool(optimize) and settings.fold_constants
         self.rewrites = RewriteReport(nodes_before=len(self.graph.nodes), nodes_after=len(self.graph.nodes))
         if self.optimize:
-            self.graph, self.rewrites = optimize_graph(self.graph, self.registry, self.model.graph.inputs)
+            dims, dtypes = input_dims(self.graph, self.model.graph.inputs)
+            self.graph, self.rewrites = optimize_graph(self.graph, self.registry, dims, dtypes)
         self._inputs = self.model.graph.inputs
         self._outputs = self.model.graph.outputs
         taken = {d.value for vi in self._inputs if vi.dims for d in vi.dims if isinstance(d.value, str)}
@@ -242,7 +243,8 @@ class InferenceSession:
         t0 = time.perf_counter()
         self.engine = Engine(self.graph, self.registry, dims, dtypes, [vi.name for vi in self._inputs],
                              self.allocator, validate=self.validate_memory, strict_dim_params=self.strict_dim_params,
-                             plan_cache_size=plan_cache_size, name=self.model.graph.name or "model")
+                             plan_cache_size=plan_cache_size, name=self.model.graph.name or "model",
+                             optimize=self.optimize)
         self.engine.profiler = self._profiler
         self.engine.quiet = settings.quiet
         self.symbolic_inference_ms = (time.perf_counter() - t0) * 1e3

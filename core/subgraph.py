@@ -17,6 +17,8 @@ from .engine import Engine
 from .graph import prepare_graph
 from .inference import fold_constants
 from .model import Graph, input_dim_exprs
+from .optimize import optimize_graph
+from .rewrite import RewriteReport
 from .registry import Registry
 
 __all__ = ["SubgraphRunner"]
@@ -35,13 +37,15 @@ class SubgraphRunner:
         allocator: ``"pool"`` or ``"naive"`` (the session's).
         outer_dims / outer_dtypes: dims and dtypes of the outer values it reads.
         outer_constants: outer values that are constants of the enclosing graph.
+        optimize: run the registry's graph rewrites on the body (the session's setting).
     """
 
     opaque_to_tracing = True
 
     def __init__(self, graph: Graph, opsets: Mapping[str, int], registry: Registry, allocator: str = "pool",
                  outer_dims: Optional[dict] = None, outer_dtypes: Optional[dict] = None,
-                 outer_constants: Optional[dict] = None, validate: bool = False, plan_cache_size: int = 16):
+                 outer_constants: Optional[dict] = None, validate: bool = False, plan_cache_size: int = 16,
+                 optimize: bool = False):
         self.graph = graph
         self.registry = registry
         self.outer = tuple(sorted(graph.outer_names()))
@@ -61,8 +65,24 @@ class SubgraphRunner:
         self.input_names = self.formal_names + self.outer_inputs
         self.output_names = [v.name for v in graph.outputs]
         self._all_outputs = list(range(len(pg.output_slots)))
+        self.rewrites = RewriteReport(nodes_before=len(pg.nodes), nodes_after=len(pg.nodes))
+        if optimize:
+            pg, dims, dtypes = self._optimized(pg, dims, dtypes, opsets, constants)
+            self.prepared = pg
         self.engine = Engine(pg, registry, dims, dtypes, self.input_names, allocator, validate=validate,
-                             plan_cache_size=plan_cache_size, name=f"body-{graph.name or 'subgraph'}")
+                             plan_cache_size=plan_cache_size, name=f"body-{graph.name or 'subgraph'}",
+                             optimize=optimize)
+
+    def _optimized(self, pg, dims: dict, dtypes: dict, opsets, constants: dict) -> tuple:
+        """The body after the graph rewrites, with its input dims by the new slots."""
+        def reprepare(graph: Graph):
+            return prepare_graph(graph, self.registry, dict(opsets), outer=self.outer, outer_constants=constants)
+        new_pg, self.rewrites = optimize_graph(pg, self.registry, dims, dtypes, reprepare)
+        if new_pg is pg:
+            return pg, dims, dtypes
+        by_name = {pg.names[s]: s for s in dims}
+        return (new_pg, {new_pg.slot[n]: dims[s] for n, s in by_name.items()},
+                {new_pg.slot[n]: dtypes[s] for n, s in by_name.items()})
 
     @property
     def program(self):
