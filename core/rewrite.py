@@ -22,7 +22,8 @@ inference the program is compiled from; in order of ``priority`` (highest first)
 name; each rewrite visits the graph's nodes in order once, and every replacement is
 recorded (:class:`Fired`). The replacement keeps the root's output names, so everything
 downstream (and the symbolic shapes known for those names) is unchanged. Rewrites apply to
-the main graph, not to If/Loop/Scan bodies.
+the main graph and to every If/Loop/Scan body (when the body is compiled, with the dims
+its outer values have outside).
 """
 from __future__ import annotations
 
