@@ -42,12 +42,15 @@ def op_entries(registry, domain: Optional[str] = None, plugins: Optional[Iterabl
     """Every operator of ``registry``, sorted by domain then type, as dicts with keys
     ``domain`` (``"ai.onnx"`` for the default domain), ``op_type``, ``since_versions``
     (ascending ints), ``plugin`` (the registering plugin; several are joined by ``", "``),
-    ``plugins`` (list) and ``kernels`` (list of ``since_version``, ``end_version`` (None:
-    open), ``device``, ``dtypes`` (None: any), ``priority``, ``plugin``).
+    ``plugins`` (list), ``kernels`` (list of ``since_version``, ``end_version`` (None:
+    open), ``device``, ``dtypes`` (None: any), ``priority``, ``plugin``) and ``winners``:
+    which plugin's kernel a node gets, highest priority first (``"fast (float32, float64)"``
+    then ``"dynashape.ops_builtin"``: the first whose dtypes take the node's input wins).
 
     ``domain`` keeps one domain (``""`` or ``"ai.onnx"`` for the default one); ``plugins``
     keeps only the versions and kernels those plugins registered (an operator with none
-    left is dropped). Neither is checked here: an unknown name just matches nothing.
+    left is dropped; a plugin with kernels only keeps the schemas of the ops it implements).
+    Neither is checked here: an unknown name just matches nothing.
     """
     want_domain = None if domain is None else domain_name(domain)
     keep = None if plugins is None else set(plugins)
@@ -55,21 +58,32 @@ def op_entries(registry, domain: Optional[str] = None, plugins: Optional[Iterabl
     for dom, op_type in sorted(registry.op_types(), key=lambda t: (domain_name(t[0]), t[1])):
         if want_domain is not None and domain_name(dom) != want_domain:
             continue
-        schemas = [o for o in registry.schemas(dom, op_type) if keep is None or o.plugin in keep]
+        kernels = [k for k in registry.kernels(dom, op_type) if keep is None or k.plugin in keep]
+        schemas = [o for o in registry.schemas(dom, op_type) if keep is None or o.plugin in keep or kernels]
         if not schemas:
             continue
-        kernels = [k for k in registry.kernels(dom, op_type) if keep is None or k.plugin in keep]
         names = _distinct(o.plugin for o in schemas)
         out.append({"domain": domain_name(dom), "op_type": op_type,
                     "since_versions": [o.since_version for o in schemas],
                     "plugin": ", ".join(names), "plugins": names,
-                    "kernels": [_kernel_entry(k) for k in sorted(kernels, key=_kernel_order)]})
+                    "kernels": [_kernel_entry(k) for k in sorted(kernels, key=_kernel_order)],
+                    "winners": _winners(registry.kernels(dom, op_type))})
     return out
 
 
+def _winners(kernels) -> list[str]:
+    """The kernels' plugins in the order the registry tries them (highest priority first)."""
+    out = []
+    for k in sorted(kernels, key=lambda k: -k.priority):
+        out.append(k.plugin if k.dtypes is None else f"{k.plugin} ({', '.join(sorted(k.dtypes))})")
+    return _distinct(out)
+
+
 def plugins_of(registry) -> list[str]:
-    """Names of the plugins that registered at least one operator schema, sorted."""
-    return sorted({o.plugin for dom, t in registry.op_types() for o in registry.schemas(dom, t)})
+    """Names of the plugins that registered at least one operator schema or kernel, sorted."""
+    names = {o.plugin for dom, t in registry.op_types() for o in registry.schemas(dom, t)}
+    names |= {k.plugin for dom, t in registry.op_types() for k in registry.kernels(dom, t)}
+    return sorted(names)
 
 
 def _kernel_ranges(entry: dict) -> str:

@@ -67,6 +67,18 @@ class Registry:
             by_name[rw.name] = rw
         self._rewrites = sorted(by_name.values(), key=lambda r: (-r.priority, r.name))
 
+    def without(self, plugins: frozenset) -> "Registry":
+        """This registry less every record of the named plugins (cached per set of names):
+        e.g. a session with the compiled kernels off."""
+        plugins = frozenset(plugins)
+        cache = self.__dict__.setdefault("_without", {})
+        if plugins not in cache:
+            keep = lambda r: r.plugin not in plugins  # noqa: E731
+            cache[plugins] = Registry([o for v in self._ops.values() for o in v if keep(o)],
+                                      [k for v in self._kernels.values() for k in v if keep(k)],
+                                      [r for r in self._rewrites if keep(r)])
+        return cache[plugins]
+
     def rewrites(self) -> list[RewriteDef]:
         """Every registered rewrite in the order they run: highest priority first, then name."""
         return list(self._rewrites)

@@ -39,6 +39,8 @@ from .threads import BlasThreads
 __all__ = ["InferenceSession", "NodeArg", "SessionStats"]
 
 ALLOCATORS = ("pool", "naive")
+#: the entry-point name of the accelerated-kernel plugin (dynashape.ops_fast)
+COMPILED_KERNELS_PLUGIN = "fast"
 
 #: Counters of a session (summed over its execution contexts).
 SessionStats = RunStats
@@ -191,6 +193,9 @@ class InferenceSession:
         strict_dim_params: a declared ``dim_param`` bound to two values in one run is a
             ``DimParamMismatch`` (by default, as in ONNX Runtime, declared dim_params are
             hints: the conflicting axes get symbols of their own, with a warning once).
+        compiled_kernels: use the accelerated-kernel plugin's compiled (numba) kernels
+            where it is installed (``pip install "dynashape[fast]"``); False runs the numpy
+            kernels only. Default True (``DYNASHAPE_FAST=0`` turns the plugin off everywhere).
         optimize: run the registered graph rewrites (fusions, docs/REWRITES.md) at
             creation; what fired is ``session.rewrites``. Default True, or the environment
             variable ``DYNASHAPE_OPTIMIZE`` (``0`` turns them off); ``sess_options`` with
@@ -209,7 +214,7 @@ class InferenceSession:
     def __init__(self, path_or_bytes: Any, sess_options: Optional[SessionOptions] = None, providers: Any = None,
                  provider_options: Any = None, *, allocator: Optional[str] = None, plan_cache_size: int = 8,
                  validate_memory: Optional[bool] = None, strict_dim_params: bool = False,
-                 optimize: Optional[bool] = None, **kwargs: Any):
+                 optimize: Optional[bool] = None, compiled_kernels: bool = True, **kwargs: Any):
         _check_ort_kwargs(kwargs)
         settings = session_settings(sess_options, allocator)
         if settings.allocator not in ALLOCATORS:
@@ -225,6 +230,8 @@ class InferenceSession:
         t_load = time.perf_counter()
         self.model: Model = load_model(path_or_bytes)
         self.registry = get_registry()
+        if not compiled_kernels:
+            self.registry = self.registry.without(frozenset({COMPILED_KERNELS_PLUGIN}))
         self.graph: PreparedGraph = prepare_graph(self.model, self.registry)
         self.folded_nodes = fold_constants(self.graph, self.registry) if settings.fold_constants else 0
         if optimize is None:

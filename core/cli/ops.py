@@ -21,8 +21,9 @@ def _check_choice(value, known: list[str], option: str) -> None:
 
 
 def _table(entries: list[dict]) -> list[str]:
-    header = ("domain", "op_type", "versions", "plugin")
-    rows = [(e["domain"], e["op_type"], ", ".join(map(str, e["since_versions"])), e["plugin"]) for e in entries]
+    header = ("domain", "op_type", "versions", "plugin", "kernels (first that takes the dtype wins)")
+    rows = [(e["domain"], e["op_type"], ", ".join(map(str, e["since_versions"])), e["plugin"],
+             " > ".join(e["winners"]) or "none") for e in entries]
     widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header] + rows]
 
@@ -46,8 +47,9 @@ def _summary(entries: list[dict]) -> str:
               show_default=True, help="markdown: the docs/OPERATORS.md reference")
 def ops(domain, plugins, fmt: str) -> None:
     """Every registered operator (builtin and installed plugins): domain, type, schema
-    since_versions and the plugin that registered it. Plugins that failed to load are
-    named on stderr."""
+    since_versions, the plugin that registered it, and whose kernels run it in priority
+    order (e.g. the compiled ``fast`` plugin's for float32, else the builtin numpy ones).
+    Plugins that failed to load are named on stderr."""
     from ..errors import DynashapeError
     from ..oplist import domain_name, op_entries, plugins_of, render_markdown
     from ..registry import get_registry, plugin_load_errors
