@@ -17,6 +17,8 @@ com.microsoft FusedConv / FusedMatMul contrib ops are the model for the design.
 """
 from __future__ import annotations
 
+import math
+
 from typing import Callable, NamedTuple, Optional
 
 import numpy as np
@@ -191,7 +193,7 @@ def _fused_attention(inputs, outputs, p: _AttentionPlan):
     """The same operations as the unfused nodes, in their order, on one scores buffer."""
     q, kt, v = inputs[0], inputs[1], inputs[2]
     mask = inputs[3] if len(inputs) > 3 else None
-    scores = nn._scratch(outputs, 1, int(np.prod(p.scores)), q.dtype).reshape(p.scores)
+    scores = nn._scratch(outputs, 1, math.prod(p.scores), q.dtype).reshape(p.scores)
     np.matmul(q, kt, out=scores)
     if p.divide:
         np.divide(scores, scores.dtype.type(p.scale), out=scores)

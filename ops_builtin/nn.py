@@ -485,18 +485,18 @@ def _conv_im2col(x, w, y, p: _ConvPlan, cols_buf: np.ndarray, res_buf: np.ndarra
     xt = x.swapaxes(0, 1)
     n, m = y.shape[0], y.shape[1]
     first = p.bands[0]
-    cols = cols_buf[:int(np.prod(first.cols_shape))].reshape(first.cols_shape)
+    cols = cols_buf[:math.prod(first.cols_shape)].reshape(first.cols_shape)
     if len(p.bands) == 1:
         if n == 1:   # (G, M/G, 1, OUT) is the output's own layout
             _conv_band(xt, wm, first, cols, y.reshape(first.res_shape), p.block, part_buf)
         else:
-            res = res_buf[:int(np.prod(first.res_shape))].reshape(first.res_shape)
+            res = res_buf[:math.prod(first.res_shape)].reshape(first.res_shape)
             _conv_band(xt, wm, first, cols, res, p.block, part_buf)
             y[...] = res.reshape((m, n) + y.shape[2:]).swapaxes(0, 1)
         return
     for band in p.bands:
-        res = res_buf[:int(np.prod(band.res_shape))].reshape(band.res_shape)
-        _conv_band(xt, wm, band, cols_buf[:int(np.prod(band.cols_shape))].reshape(band.cols_shape), res,
+        res = res_buf[:math.prod(band.res_shape)].reshape(band.res_shape)
+        _conv_band(xt, wm, band, cols_buf[:math.prod(band.cols_shape)].reshape(band.cols_shape), res,
                    p.block, part_buf)
         y[:, :, band.rows] = res.reshape((m, n) + band.cols_shape[3:]).swapaxes(0, 1)
 
@@ -507,7 +507,7 @@ def _conv(inputs, outputs, p: _ConvPlan):
     x = as_dtype(inputs[0], p.cdtype)
     w = as_dtype(inputs[1], p.cdtype)
     y = outputs[0]
-    size = int(np.prod(p.out_shape))
+    size = math.prod(p.out_shape)
     n_tmp = 2 if p.mode == "im2col" else 1 if p.mode == "depthwise" else 0
     half = y.dtype != p.cdtype
     res = _scratch(outputs, 1 + n_tmp, size, p.cdtype).reshape(p.out_shape) if half else y
@@ -522,9 +522,9 @@ def _conv(inputs, outputs, p: _ConvPlan):
         first = p.bands[0]
         part = None
         if first.mat_shape[1] > p.block:
-            part = _scratch(outputs, 3 + half, int(np.prod(first.res_shape)), p.cdtype)
-        _conv_im2col(x, w, res, p, _scratch(outputs, 1, int(np.prod(first.cols_shape)), p.cdtype),
-                     _scratch(outputs, 2, int(np.prod(first.res_shape)), p.cdtype), part)
+            part = _scratch(outputs, 3 + half, math.prod(first.res_shape), p.cdtype)
+        _conv_im2col(x, w, res, p, _scratch(outputs, 1, math.prod(first.cols_shape), p.cdtype),
+                     _scratch(outputs, 2, math.prod(first.res_shape), p.cdtype), part)
     if len(inputs) > 2 and inputs[2] is not None:
         np.add(res, as_dtype(inputs[2], p.cdtype).reshape(p.bias_shape), out=res)
     _store(y, res)

@@ -194,6 +194,18 @@ def normalize_rows(e):
             e[r, j] = e[r, j] * inv
 
 
+@njit(inline="always", **_JIT)
+def _tap_span(off, sw, w_, ow_):
+    """For a kernel tap reading input column ``ow * sw + off``: the first output column it
+    reaches, the input column that one reads, and how many columns (0 when none). Both
+    starts come out of ``max(..., 0)``, which lets LLVM prove the indices non-negative and
+    drop numba's negative-index wraparound from the loop (it blocks vectorisation)."""
+    lo = 0 if off >= 0 else (-off + sw - 1) // sw
+    hi = (w_ - 1 - off) // sw + 1 if w_ - 1 - off >= 0 else 0
+    hi = min(hi, ow_)
+    return max(lo, 0), max(lo * sw + off, 0), max(hi - lo, 0)
+
+
 @njit(**_JIT)
 def depthwise_conv2d(x, w, bias, y, sh, sw, dh, dw, ph, pw, has_bias, relu):
     """Depthwise Conv (one filter per channel) of x (N, C, H, W) into y (N, C, OH, OW), the
@@ -216,13 +228,14 @@ def depthwise_conv2d(x, w, bias, y, sh, sw, dh, dw, ph, pw, has_bias, relu):
                     src = x[n, c, ih]
                     for kw in range(kw_):
                         off = kw * dw - pw
-                        lo = 0 if off >= 0 else (-off + sw - 1) // sw
-                        hi = (w_ - 1 - off) // sw + 1 if w_ - 1 - off >= 0 else 0
-                        if hi > ow_:
-                            hi = ow_
+                        d0, s0, cnt = _tap_span(off, sw, w_, ow_)
                         wv = w[c, 0, kh, kw]
-                        for ow in range(lo, hi):
-                            row[ow] += wv * src[ow * sw + off]
+                        if sw == 1:   # unit stride: the loop LLVM vectorises
+                            for j in range(cnt):
+                                row[d0 + j] += wv * src[s0 + j]
+                        else:
+                            for j in range(cnt):
+                                row[d0 + j] += wv * src[s0 + j * sw]
                 if relu:
                     for ow in range(ow_):
                         v = row[ow]
@@ -231,22 +244,31 @@ def depthwise_conv2d(x, w, bias, y, sh, sw, dh, dw, ph, pw, has_bias, relu):
 
 @njit(**_JIT)
 def max_pool2d(x, y, kh_, kw_, sh, sw, dh, dw, ph, pw):
-    """MaxPool of x (N, C, H, W) into y (N, C, OH, OW); padding never wins (-inf), NaN does."""
+    """MaxPool of x (N, C, H, W) into y (N, C, OH, OW) in the "taps" order (each output row
+    takes one kernel tap at a time along its width: independent lanes, no chain through a
+    running max); padding never wins. A NaN is skipped, as onnxruntime's pool (``if (x > y)
+    y = x``) skips it (ONNX leaves NaN open)."""
     n_, c_, h_, w_ = x.shape
     oh_, ow_ = y.shape[2], y.shape[3]
+    ninf = y[0, 0, 0, 0] * 0 - np.inf
     for n in range(n_):
         for c in range(c_):
             for oh in range(oh_):
+                row = y[n, c, oh]
                 for ow in range(ow_):
-                    m = -np.inf
-                    for kh in range(kh_):
-                        ih = oh * sh - ph + kh * dh
-                        if ih < 0 or ih >= h_:
-                            continue
-                        for kw in range(kw_):
-                            iw = ow * sw - pw + kw * dw
-                            if 0 <= iw < w_:
-                                v = x[n, c, ih, iw]
-                                if v > m or v != v:
-                                    m = v
-                    y[n, c, oh, ow] = m
+                    row[ow] = ninf
+                for kh in range(kh_):
+                    ih = oh * sh - ph + kh * dh
+                    if ih < 0 or ih >= h_:
+                        continue
+                    src = x[n, c, ih]
+                    for kw in range(kw_):
+                        d0, s0, cnt = _tap_span(kw * dw - pw, sw, w_, ow_)
+                        if sw == 1:
+                            for j in range(cnt):
+                                v = src[s0 + j]
+                                row[d0 + j] = v if v > row[d0 + j] else row[d0 + j]
+                        else:
+                            for j in range(cnt):
+                                v = src[s0 + j * sw]
+                                row[d0 + j] = v if v > row[d0 + j] else row[d0 + j]

@@ -1,0 +1,186 @@
+"""The accelerated-kernel plugin (``dynashape.ops_fast``, entry point ``fast``): every
+compiled kernel against the numpy kernel on the same inputs (one session with compiled
+kernels, one with ``compiled_kernels=False``) and against ONNX Runtime, through changing
+shapes, including the cases where a compiled kernel hands over to the numpy one
+(non-contiguous inputs, another axis, Indices); and the switches that turn it off.
+Skipped where numba is not installed (the numpy kernels are then the only ones).
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import dynashape
+from dynashape import registry as registry_module
+
+pytest.importorskip("numba")
+ort = pytest.importorskip("onnxruntime")
+
+RNG = np.random.default_rng(11)
+F = TensorProto.FLOAT
+
+
+def _model(nodes, inputs, inits=(), opset=17, outputs=("y",)) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, F, d) for n, d in inputs],
+                              [helper.make_tensor_value_info(o, F, None) for o in outputs],
+                              [numpy_helper.from_array(np.asarray(a, np.float32), n) for n, a in inits])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def _check(model, feeds_list, *, fast_ops, rtol=1e-5, atol=1e-5, nan=False):
+    """Compiled vs numpy vs ONNX Runtime on every feed set; ``fast_ops``: the op types whose
+    steps must run the compiled kernel."""
+    data = model.SerializeToString()
+    fast = dynashape.InferenceSession(data)
+    plain = dynashape.InferenceSession(data, compiled_kernels=False)
+    ref = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    used = {st.kernel.op_type for st in fast.program.steps if st.kernel.plugin == "fast"}
+    assert set(fast_ops) <= used, f"compiled kernels used: {used}"
+    assert all(st.kernel.plugin != "fast" for st in plain.program.steps)
+    for feeds in feeds_list:
+        got, want_np, want = fast.run(None, feeds), plain.run(None, feeds), ref.run(None, feeds)
+        for g, p, w in zip(got, want_np, want):
+            assert g.shape == p.shape == w.shape and g.dtype == w.dtype
+            np.testing.assert_allclose(g, p, rtol=rtol, atol=atol, equal_nan=nan)
+            np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, equal_nan=nan)
+
+
+def _rand(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def test_erf_and_gelu_and_a_transposed_input():
+    nodes = [helper.make_node("Erf", ["x"], ["e"]), helper.make_node("Gelu", ["x"], ["g"]),
+             helper.make_node("Gelu", ["x"], ["t"], approximate="tanh"),
+             helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0, 2]), helper.make_node("Erf", ["xt"], ["et"])]
+    m = _model(nodes, [("x", ["a", "b", 5])], opset=20, outputs=("e", "g", "t", "et"))
+    feeds = [{"x": _rand(a, b, 5) * 3} for a, b in ((1, 1), (3, 4), (2, 7), (1, 1))]
+    feeds.append({"x": np.array([[[0.0, -0.0, 4.5, -9.0, np.inf]]], np.float32)})
+    _check(m, feeds, fast_ops={"Erf", "Gelu"})
+
+
+@pytest.mark.parametrize("axis", [-1, 1])
+@pytest.mark.parametrize("bias", [True, False])
+def test_layer_normalization(axis, bias):
+    shape = (8,) if axis == -1 else (4, 8)
+    inits = [("scale", RNG.uniform(0.5, 1.5, shape))] + ([("bias", RNG.standard_normal(shape))] if bias else [])
+    node = helper.make_node("LayerNormalization", ["x", "scale"] + (["bias"] if bias else []), ["y"], axis=axis)
+    m = _model([node], [("x", ["n", 4, 8])], inits)
+    _check(m, [{"x": _rand(n, 4, 8) * 5 + 3} for n in (1, 3, 2)], fast_ops={"LayerNormalization"}, rtol=1e-4)
+
+
+@pytest.mark.parametrize("axis,opset", [(-1, 13), (1, 13), (1, 11), (2, 11)])
+def test_softmax(axis, opset):
+    m = _model([helper.make_node("Softmax", ["x"], ["y"], axis=axis)], [("x", ["n", 3, "t"])], opset=opset)
+    feeds = [{"x": _rand(n, 3, t) * 4} for n, t in ((1, 1), (2, 17), (3, 40))]
+    feeds.append({"x": np.array([[[1.0, np.nan, 2.0]] * 3], np.float32)})
+    fast_ops = {"Softmax"} if (axis == -1 or opset == 11) else set()
+    _check(m, feeds, fast_ops=fast_ops, nan=True)
+
+
+@pytest.mark.parametrize("activation", [None, "Relu", "Gelu", "Sigmoid"])
+def test_fused_matmul_bias_activation(activation):
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["a" if activation else "y"])]
+    if activation:
+        nodes.append(helper.make_node(activation, ["a"], ["y"]))
+    m = _model(nodes, [("x", ["n", "s", 8])], [("w", RNG.standard_normal((8, 6))), ("b", RNG.standard_normal(6))],
+               opset=20)
+    _check(m, [{"x": _rand(n, s, 8)} for n, s in ((1, 1), (2, 5), (3, 9))], fast_ops={"FusedMatMul"}, rtol=1e-4)
+
+
+@pytest.mark.parametrize("mask_dims", [None, ["n", 1, 1, "t"], ["n", 2, "t", "t"]])
+def test_fused_attention(mask_dims):
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["q", "kt"], ["s"]), helper.make_node("Mul", ["s", "scale"], ["ss"])]
+    last = "ss"
+    if mask_dims is not None:
+        nodes.append(helper.make_node("Add", ["ss", "mask"], ["sm"]))
+        last = "sm"
+    nodes += [helper.make_node("Softmax", [last], ["p"], axis=-1), helper.make_node("MatMul", ["p", "v"], ["y"])]
+    inputs = [("q", ["n", 2, "t", 4]), ("k", ["n", 2, "t", 4]), ("v", ["n", 2, "t", 4])]
+    if mask_dims is not None:
+        inputs.append(("mask", mask_dims))
+    m = _model(nodes, inputs, [("scale", 0.5)], opset=13)
+    feeds = []
+    for n, t in ((1, 1), (2, 6), (3, 11)):
+        f = {name: _rand(n, 2, t, 4) for name in ("q", "k", "v")}
+        if mask_dims is not None:
+            f["mask"] = _rand(*[n if d == "n" else t if d == "t" else d for d in mask_dims])
+        feeds.append(f)
+    _check(m, feeds, fast_ops={"FusedAttention"}, rtol=1e-4)
+
+
+@pytest.mark.parametrize("attrs", [{"pads": [1, 1, 1, 1]}, {"strides": [2, 1], "pads": [0, 1, 2, 1]},
+                                   {"dilations": [2, 2], "pads": [2, 2, 2, 2]}, {"auto_pad": "VALID"}])
+@pytest.mark.parametrize("activation", [None, "Relu", "HardSigmoid"])
+def test_depthwise_conv(attrs, activation):
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c" if activation else "y"], group=4, **attrs)]
+    if activation:
+        nodes.append(helper.make_node(activation, ["c"], ["y"]))
+    m = _model(nodes, [("x", ["n", 4, "h", "h"])], [("w", RNG.standard_normal((4, 1, 3, 3))), ("b", RNG.standard_normal(4))])
+    feeds = [{"x": _rand(n, 4, h, h)} for n, h in ((1, 5), (2, 9), (1, 12))]
+    _check(m, feeds, fast_ops={"FusedConv" if activation else "Conv"}, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("banded", [False, True])
+@pytest.mark.parametrize("attrs", [{"pads": [1, 1, 1, 1]}, {"strides": [2, 2], "dilations": [1, 2]},
+                                   {"group": 2, "pads": [0, 2, 1, 0]}])
+def test_im2col_conv_with_compiled_columns_equals_the_numpy_kernel_bit_for_bit(attrs, banded, monkeypatch):
+    from dynashape.ops_builtin import nn
+    if banded:
+        monkeypatch.setattr(nn, "_COLS_BYTES", 4000)
+    c_in = 4 // attrs.get("group", 1)
+    m = _model([helper.make_node("Conv", ["x", "w"], ["c"], **attrs), helper.make_node("Gelu", ["c"], ["y"])],
+               [("x", ["n", 4, "h", "h"])], [("w", RNG.standard_normal((6, c_in, 3, 3)))], opset=20)
+    feeds = [{"x": _rand(n, 4, h, h)} for n, h in ((1, 6), (2, 11))]
+    _check(m, feeds, fast_ops={"FusedConv"}, rtol=1e-5, atol=1e-5)
+    data = m.SerializeToString()
+    fast = dynashape.InferenceSession(data, optimize=False)
+    plain = dynashape.InferenceSession(data, optimize=False, compiled_kernels=False)
+    for f in feeds:   # the same columns and the same blocked matmul: the same bits (Gelu: the same erf)
+        np.testing.assert_array_equal(fast.run(None, f)[0], plain.run(None, f)[0])
+
+
+@pytest.mark.parametrize("attrs", [{"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "strides": [2, 2]},
+                                   {"kernel_shape": [2, 3], "dilations": [2, 1], "ceil_mode": 1, "strides": [2, 2]}])
+def test_max_pool(attrs):
+    m = _model([helper.make_node("MaxPool", ["x"], ["y"], **attrs)], [("x", ["n", 3, "h", "h"])], opset=12)
+    _check(m, [{"x": _rand(n, 3, h, h)} for n, h in ((1, 4), (2, 9), (1, 13))], fast_ops={"MaxPool"})
+
+
+def test_max_pool_with_indices_uses_the_numpy_kernel():
+    node = helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2])
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", F, ["n", 1, 4, 4])],
+                          [helper.make_tensor_value_info("y", F, None),
+                           helper.make_tensor_value_info("i", TensorProto.INT64, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 12)])
+    x = _rand(2, 1, 4, 4)
+    got = dynashape.InferenceSession(m.SerializeToString()).run(None, {"x": x})
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+
+
+def test_dynashape_fast_0_and_compiled_kernels_false_run_the_numpy_kernels(monkeypatch):
+    m = _model([helper.make_node("Erf", ["x"], ["y"])], [("x", ["n"])]).SerializeToString()
+    assert dynashape.InferenceSession(m).program.steps[0].kernel.plugin == "fast"
+    assert dynashape.InferenceSession(m, compiled_kernels=False).program.steps[0].kernel.plugin == \
+        "dynashape.ops_builtin"
+    monkeypatch.setenv("DYNASHAPE_FAST", "0")
+    registry_module._invalidate()
+    try:
+        assert all(k.plugin != "fast" for k in dynashape.get_registry().kernels("", "Erf"))
+        assert dynashape.InferenceSession(m).program.steps[0].kernel.plugin == "dynashape.ops_builtin"
+    finally:
+        monkeypatch.delenv("DYNASHAPE_FAST")
+        registry_module._invalidate()
+    assert any(k.plugin == "fast" for k in dynashape.get_registry().kernels("", "Erf"))
+
+
+def test_the_plugin_says_why_it_is_off_without_numba():
+    from dynashape import ops_fast
+    assert ops_fast.AVAILABLE and ops_fast.REASON == "" and ops_fast.enabled()
