@@ -500,10 +500,11 @@ def _run(xw, step: _Step, h, c, mask, Y, plan: _Plan):
     return h, c
 
 
-def _rnn_compute(inputs, outputs, plan: _Plan):
+def _rnn_compute(inputs, outputs, plan: _Plan, run: Callable = None):
     """LSTM/GRU/RNN kernel: inputs as the op's spec lists them (None for absent ones);
     fills the present outputs Y, Y_h (, Y_c) in the input dtype (computed in float32, or
-    float64 for double). Source: ONNX operator spec, LSTM-22 / GRU-22 / RNN-22."""
+    float64 for double). ``run``: the time loop (default :func:`_run`; the compiled kernels
+    pass theirs). Source: ONNX operator spec, LSTM-22 / GRU-22 / RNN-22."""
     cdt, nd, H = plan.cdt, plan.num_directions, plan.hidden
 
     def opt(i):
@@ -522,7 +523,7 @@ def _rnn_compute(inputs, outputs, plan: _Plan):
     wanted = plan.wanted + (False,) * (plan.fam.n_outputs - len(plan.wanted))
     Y = np.zeros((seq, nd, batch, H), cdt) if wanted[0] else None
     xw = _projection(X, opt(1), B, plan)
-    Y_h, Y_c = _run(xw, _make_step(opt(2), B, P, plan), h0, c0, mask, Y, plan)
+    Y_h, Y_c = (run or _run)(xw, _make_step(opt(2), B, P, plan), h0, c0, mask, Y, plan)
     if Y is not None:
         Y = _step_order(Y, plan, 1)
 

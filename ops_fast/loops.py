@@ -272,3 +272,35 @@ def max_pool2d(x, y, kh_, kw_, sh, sw, dh, dw, ph, pw):
                             for j in range(cnt):
                                 v = src[s0 + j * sw]
                                 row[d0 + j] = v if v > row[d0 + j] else row[d0 + j]
+
+
+@njit(inline="always", **_JIT)
+def _sigmoid(v):
+    return 1 / (1 + math.exp(-v))
+
+
+@njit(**_JIT)
+def lstm_cell(g, xw, c, h, y, mask, has_mask):
+    """One LSTM step of every direction and batch entry after ``g = h @ R^T`` (dirs, batch,
+    4H; gates i, o, f, c): adds ``xw`` (the input projection and biases of this step),
+    applies sigmoid / tanh / tanh (LSTM's defaults), updates ``c`` and ``h`` (dirs, batch, H)
+    in place and writes ``y`` (this step of Y, or an empty array). Where ``mask`` (dirs,
+    batch) is False the state is kept and y stays 0 (past the sequence's end)."""
+    dirs, batch, gh = g.shape
+    hidden = gh // 4
+    write_y = y.size > 0
+    for d in range(dirs):
+        for b in range(batch):
+            if has_mask and not mask[d, b]:
+                continue
+            for k in range(hidden):
+                i = _sigmoid(g[d, b, k] + xw[d, b, k])
+                o = _sigmoid(g[d, b, hidden + k] + xw[d, b, hidden + k])
+                f = _sigmoid(g[d, b, 2 * hidden + k] + xw[d, b, 2 * hidden + k])
+                cc = math.tanh(g[d, b, 3 * hidden + k] + xw[d, b, 3 * hidden + k])
+                c_new = f * c[d, b, k] + i * cc
+                h_new = o * math.tanh(c_new)
+                c[d, b, k] = c_new
+                h[d, b, k] = h_new
+                if write_y:
+                    y[d, b, k] = h_new

@@ -184,3 +184,40 @@ def test_dynashape_fast_0_and_compiled_kernels_false_run_the_numpy_kernels(monke
 def test_the_plugin_says_why_it_is_off_without_numba():
     from dynashape import ops_fast
     assert ops_fast.AVAILABLE and ops_fast.REASON == "" and ops_fast.enabled()
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("with_lens", [False, True])
+def test_lstm_time_loop(direction, with_lens):
+    nd, hidden, inp = (2 if direction == "bidirectional" else 1), 8, 5
+    inits = [("W", RNG.standard_normal((nd, 4 * hidden, inp)) * 0.5),
+             ("R", RNG.standard_normal((nd, 4 * hidden, hidden)) * 0.5), ("B", RNG.standard_normal((nd, 8 * hidden)))]
+    ins = ["x", "W", "R", "B", "lens" if with_lens else "", "h0"]
+    node = helper.make_node("LSTM", ins, ["y", "yh", "yc"], hidden_size=hidden, direction=direction)
+    inputs = [helper.make_tensor_value_info("x", F, ["s", "b", inp]),
+              helper.make_tensor_value_info("h0", F, [nd, "b", hidden])]
+    if with_lens:
+        inputs.append(helper.make_tensor_value_info("lens", TensorProto.INT32, ["b"]))
+    g = helper.make_graph([node], "g", inputs, [helper.make_tensor_value_info(o, F, None) for o in ("y", "yh", "yc")],
+                          [numpy_helper.from_array(np.asarray(a, np.float32), n) for n, a in inits])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
+    feeds = []
+    for s, b in ((1, 1), (6, 3), (9, 40)):   # 40 x 8 x nd cell elements: above LSTM_COMPILED_MAX for 2 directions
+        f = {"x": _rand(s, b, inp), "h0": _rand(nd, b, hidden)}
+        if with_lens:
+            f["lens"] = RNG.integers(1, s + 1, b).astype(np.int32)
+        feeds.append(f)
+    _check(m, feeds, fast_ops={"LSTM"}, rtol=1e-4, atol=1e-5)
+
+
+def test_lstm_with_other_activations_uses_the_numpy_loop():
+    node = helper.make_node("LSTM", ["x", "W", "R"], ["y"], hidden_size=4, activations=["Sigmoid", "Relu", "Tanh"])
+    inits = [("W", RNG.standard_normal((1, 16, 3))), ("R", RNG.standard_normal((1, 16, 4)))]
+    m = _model([node], [("x", ["s", 2, 3])], inits, opset=14)
+    data = m.SerializeToString()
+    sess = dynashape.InferenceSession(data)
+    step = next(st for st in sess.program.steps if st.kernel.op_type == "LSTM")
+    assert step.kernel.plugin == "fast"
+    x = _rand(4, 2, 3)
+    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-5)
