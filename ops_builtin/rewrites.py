@@ -36,6 +36,12 @@ _SQRT2 = math.sqrt(2.0)
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
+def _register(prefix: str, patterns, build, priority: int, description: str) -> None:
+    """One rewrite per pattern, named ``prefix_0``, ``prefix_1``, ..., all built by ``build``."""
+    for i, pattern in enumerate(patterns):
+        lib.rewrite(f"{prefix}_{i}", pattern, priority=priority, description=description)(build)
+
+
 # predicates --------------------------------------------------------------------------
 
 def _is_float(m: Match, name: str) -> bool:
@@ -157,9 +163,8 @@ def _gelu_erf(m: Match):
     return [m.make("Gelu", [x], outputs=root.outputs, opset=20, approximate="none")]
 
 
-for _i, _pattern in enumerate(_gelu_erf_patterns()):
-    lib.rewrite(f"gelu_erf_{_i}", _pattern, priority=40,
-                description="x * 0.5 * (1 + erf(x / sqrt 2)) -> Gelu")(_gelu_erf)
+_register("gelu_erf", _gelu_erf_patterns(), _gelu_erf, 40,
+          "x * 0.5 * (1 + erf(x / sqrt 2)) -> Gelu")
 
 
 def _gelu_tanh_patterns():
@@ -187,9 +192,8 @@ def _gelu_tanh(m: Match):
     return [m.make("Gelu", [x], opset=20, approximate="tanh")]
 
 
-for _i, _pattern in enumerate(_gelu_tanh_patterns()):
-    lib.rewrite(f"gelu_tanh_{_i}", _pattern, priority=40,
-                description="0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) -> Gelu(tanh)")(_gelu_tanh)
+_register("gelu_tanh", _gelu_tanh_patterns(), _gelu_tanh, 40,
+          "0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) -> Gelu(tanh)")
 
 
 # HardSwish ---------------------------------------------------------------------------
@@ -214,9 +218,8 @@ def _hard_swish(m: Match):
     return [m.make("HardSwish", [x], opset=14)]
 
 
-for _i, _pattern in enumerate(_hard_swish_patterns()):
-    lib.rewrite(f"hard_swish_{_i}", _pattern, priority=40,
-                description="x * Clip(x + 3, 0, 6) / 6 -> HardSwish")(_hard_swish)
+_register("hard_swish", _hard_swish_patterns(), _hard_swish, 40,
+          "x * Clip(x + 3, 0, 6) / 6 -> HardSwish")
 
 
 # LayerNormalization ------------------------------------------------------------------
@@ -245,9 +248,8 @@ def _layer_norm(m: Match):
                    epsilon=_scalar(m, "eps"))]
 
 
-for _i, _pattern in enumerate(_layer_norm_patterns()):
-    lib.rewrite(f"layer_norm_{_i}", _pattern, priority=40,
-                description="decomposed LayerNorm over the last axis -> LayerNormalization")(_layer_norm)
+_register("layer_norm", _layer_norm_patterns(), _layer_norm, 40,
+          "decomposed LayerNorm over the last axis -> LayerNormalization")
 
 
 # RMSNormalization (LLaMA's Pow / ReduceMean / Add / Sqrt / Div / Mul) -----------------
@@ -275,9 +277,8 @@ def _rms_norm(m: Match):
     return [m.make("RMSNormalization", [x, m.value("weight")], opset=23, axis=-1, epsilon=_scalar(m, "eps"))]
 
 
-for _i, _pattern in enumerate(_rms_norm_patterns()):
-    lib.rewrite(f"rms_norm_{_i}", _pattern, priority=40,
-                description="x / sqrt(mean(x^2) + eps) * w over the last axis -> RMSNormalization")(_rms_norm)
+_register("rms_norm", _rms_norm_patterns(), _rms_norm, 40,
+          "x / sqrt(mean(x^2) + eps) * w over the last axis -> RMSNormalization")
 
 
 # Conv + BatchNormalization -----------------------------------------------------------
@@ -314,9 +315,8 @@ def _conv_bn(m: Match):
                    outputs=bn.outputs[:1], name=conv.name, **conv.attrs)]
 
 
-for _i, _pattern in enumerate(_conv_bn_patterns()):
-    lib.rewrite(f"conv_batchnorm_{_i}", _pattern, priority=30,
-                description="Conv -> BatchNormalization (inference) folded into the Conv's weights")(_conv_bn)
+_register("conv_batchnorm", _conv_bn_patterns(), _conv_bn, 30,
+          "Conv -> BatchNormalization (inference) folded into the Conv's weights")
 
 
 # MatMul + bias, MatMul with a transposed B -------------------------------------------
@@ -475,6 +475,5 @@ def _attention(m: Match):
     return [m.make("FusedAttention", inputs, domain=DOMAIN, **attrs)]
 
 
-for _i, _pattern in enumerate(_attention_patterns()):
-    lib.rewrite(f"attention_{_i}", _pattern, priority=25,
-                description="MatMul -> scale -> + mask -> Softmax -> MatMul -> FusedAttention")(_attention)
+_register("attention", _attention_patterns(), _attention, 25,
+          "MatMul -> scale -> + mask -> Softmax -> MatMul -> FusedAttention")
