@@ -103,7 +103,7 @@ def add_relu_rows(y, bias, has_bias):
     for r in range(rows):
         for j in range(n):
             v = y[r, j] + bias[j] if has_bias else y[r, j]
-            y[r, j] = v if not v < 0 else v * 0 + 0
+            y[r, j] = v if not v < 0 else 0.0
 
 
 @njit(**_JIT)
@@ -186,7 +186,7 @@ def normalize_rows(e):
     """e /= the sum of its row (as a multiply by the reciprocal, as onnxruntime), over (rows, n)."""
     rows, n = e.shape
     for r in range(rows):
-        s = e[r, 0] - e[r, 0]
+        s = 0.0
         for j in range(n):
             s += e[r, j]
         inv = 1 / s
@@ -216,7 +216,7 @@ def depthwise_conv2d(x, w, bias, y, sh, sw, dh, dw, ph, pw, has_bias, relu):
     oh_, ow_ = y.shape[2], y.shape[3]
     for n in range(n_):
         for c in range(c_):
-            b = bias[c] if has_bias else y[n, c, 0, 0] * 0
+            b = bias[c] if has_bias else 0.0   # (never derived from y: its bytes are garbage)
             for oh in range(oh_):
                 row = y[n, c, oh]
                 for ow in range(ow_):
@@ -239,7 +239,7 @@ def depthwise_conv2d(x, w, bias, y, sh, sw, dh, dw, ph, pw, has_bias, relu):
                 if relu:
                     for ow in range(ow_):
                         v = row[ow]
-                        row[ow] = v if not v < 0 else v * 0 + 0
+                        row[ow] = v if not v < 0 else 0.0
 
 
 @njit(**_JIT)
@@ -250,7 +250,7 @@ def max_pool2d(x, y, kh_, kw_, sh, sw, dh, dw, ph, pw):
     y = x``) skips it (ONNX leaves NaN open)."""
     n_, c_, h_, w_ = x.shape
     oh_, ow_ = y.shape[2], y.shape[3]
-    ninf = y[0, 0, 0, 0] * 0 - np.inf
+    ninf = -np.inf   # (never derived from y's bytes: validation mode poisons them with NaN)
     for n in range(n_):
         for c in range(c_):
             for oh in range(oh_):

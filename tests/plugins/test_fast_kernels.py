@@ -89,7 +89,11 @@ def test_fused_matmul_bias_activation(activation):
         nodes.append(helper.make_node(activation, ["a"], ["y"]))
     m = _model(nodes, [("x", ["n", "s", 8])], [("w", RNG.standard_normal((8, 6))), ("b", RNG.standard_normal(6))],
                opset=20)
-    _check(m, [{"x": _rand(n, s, 8)} for n, s in ((1, 1), (2, 5), (3, 9))], fast_ops={"FusedMatMul"}, rtol=1e-4)
+    feeds = [{"x": _rand(n, s, 8)} for n, s in ((1, 1), (2, 5), (3, 9))]
+    inf = _rand(1, 2, 8)
+    inf[0, 0, 0] = -np.inf   # Relu(-inf) is 0, Gelu(-inf) is -0 / nan in both kernels alike
+    feeds.append({"x": inf})
+    _check(m, feeds, fast_ops={"FusedMatMul"}, rtol=1e-4, nan=True)
 
 
 @pytest.mark.parametrize("mask_dims", [None, ["n", 1, 1, "t"], ["n", 2, "t", "t"]])
