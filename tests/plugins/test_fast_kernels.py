@@ -3,7 +3,8 @@ compiled kernel against the numpy kernel on the same inputs (one session with co
 kernels, one with ``compiled_kernels=False``) and against ONNX Runtime, through changing
 shapes, including the cases where a compiled kernel hands over to the numpy one
 (non-contiguous inputs, another axis, Indices); and the switches that turn it off.
-Skipped where numba is not installed (the numpy kernels are then the only ones).
+Skipped where numba is not installed or DYNASHAPE_FAST=0 (the numpy kernels are then the
+only ones, and the rest of the suite tests them).
 """
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from dynashape import registry as registry_module
 
 pytest.importorskip("numba")
 ort = pytest.importorskip("onnxruntime")
+if not __import__("dynashape.ops_fast", fromlist=["enabled"]).enabled():
+    pytest.skip("the compiled kernels are switched off (DYNASHAPE_FAST=0)", allow_module_level=True)
 
 RNG = np.random.default_rng(11)
 F = TensorProto.FLOAT
@@ -35,8 +38,8 @@ def _check(model, feeds_list, *, fast_ops, rtol=1e-5, atol=1e-5, nan=False):
     """Compiled vs numpy vs ONNX Runtime on every feed set; ``fast_ops``: the op types whose
     steps must run the compiled kernel."""
     data = model.SerializeToString()
-    fast = dynashape.InferenceSession(data)
-    plain = dynashape.InferenceSession(data, compiled_kernels=False)
+    fast = dynashape.InferenceSession(data, optimize=True)   # (the fused ops' kernels too, whatever DYNASHAPE_OPTIMIZE)
+    plain = dynashape.InferenceSession(data, optimize=True, compiled_kernels=False)
     ref = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
     used = {st.kernel.op_type for st in fast.program.steps if st.kernel.plugin == "fast"}
     assert set(fast_ops) <= used, f"compiled kernels used: {used}"
@@ -133,7 +136,9 @@ def test_depthwise_conv(attrs, activation):
 @pytest.mark.parametrize("banded", [False, True])
 @pytest.mark.parametrize("attrs", [{"pads": [1, 1, 1, 1]}, {"strides": [2, 2], "dilations": [1, 2]},
                                    {"group": 2, "pads": [0, 2, 1, 0]}])
-def test_im2col_conv_with_compiled_columns_equals_the_numpy_kernel_bit_for_bit(attrs, banded, monkeypatch):
+def test_a_regular_conv_is_the_numpy_kernel_bit_for_bit(attrs, banded, monkeypatch):
+    """(im2col + BLAS in MLAS's blocks either way: QDQ models stay exact; the compiled
+    kernel adds only the activation.)"""
     from dynashape.ops_builtin import nn
     if banded:
         monkeypatch.setattr(nn, "_COLS_BYTES", 4000)
@@ -145,7 +150,7 @@ def test_im2col_conv_with_compiled_columns_equals_the_numpy_kernel_bit_for_bit(a
     data = m.SerializeToString()
     fast = dynashape.InferenceSession(data, optimize=False)
     plain = dynashape.InferenceSession(data, optimize=False, compiled_kernels=False)
-    for f in feeds:   # the same columns and the same blocked matmul: the same bits (Gelu: the same erf)
+    for f in feeds:   # the same kernel, and Gelu with the same erf: the same bits
         np.testing.assert_array_equal(fast.run(None, f)[0], plain.run(None, f)[0])
 
 
@@ -170,6 +175,7 @@ def test_max_pool_with_indices_uses_the_numpy_kernel():
 
 
 def test_dynashape_fast_0_and_compiled_kernels_false_run_the_numpy_kernels(monkeypatch):
+    """(A plain Erf: no rewrite touches it.)"""
     m = _model([helper.make_node("Erf", ["x"], ["y"])], [("x", ["n"])]).SerializeToString()
     assert dynashape.InferenceSession(m).program.steps[0].kernel.plugin == "fast"
     assert dynashape.InferenceSession(m, compiled_kernels=False).program.steps[0].kernel.plugin == \
