@@ -26,6 +26,7 @@ import _env  # noqa: F401  (first: the BLAS environment, before numpy is importe
 
 # isort: split
 import argparse
+import gc
 import math
 import time
 import warnings
@@ -64,6 +65,7 @@ def bench_shape(dyn, ort_sess, path, shape: str, timing: dict) -> dict:
     """One cell: ORT and dynashape medians, the ratio and max |diff|; 'error' on a failure."""
     row = {"dyn_ms": None, "ort_ms": None, "ratio": None, "diff": None, "runs": None, "error": ""}
     feeds = C.make_feeds(path, shape)
+    gc.collect()   # the sessions made just before leave garbage a collection would drop into the timed runs
     ref = ort_sess.run(None, feeds)  # also ORT's warm-up
     row["ort_ms"], ort_runs = C.median_ms(lambda: ort_sess.run(None, feeds), **dict(timing, warmup=0))
     if dyn is None:
