@@ -230,6 +230,7 @@ class InferenceSession:
         t_load = time.perf_counter()
         self.model: Model = load_model(path_or_bytes)
         self.registry = get_registry()
+        self.compiled_kernels = bool(compiled_kernels)
         if not compiled_kernels:
             self.registry = self.registry.without(frozenset({COMPILED_KERNELS_PLUGIN}))
         self.graph: PreparedGraph = prepare_graph(self.model, self.registry)
@@ -476,7 +477,8 @@ class InferenceSession:
             proto.graph.initializer.extend(kept)
             so = replace(self._sess_options, enable_profiling=False, intra_op_num_threads=0)
             inner = InferenceSession(proto, so, allocator=self.allocator, plan_cache_size=self.plan_cache_size,
-                                     validate_memory=self.validate_memory, strict_dim_params=self.strict_dim_params)
+                                     validate_memory=self.validate_memory, strict_dim_params=self.strict_dim_params,
+                                     optimize=self.optimize, compiled_kernels=self.compiled_kernels)
             inner.engine.profiler = self._profiler
             inner = self._overriding.setdefault(names, inner)
         return inner._run(output_names, input_feed)

@@ -455,3 +455,19 @@ def _cases_fired() -> set:
 def test_every_builtin_rewrite_has_a_case():
     builtin = {rw.name for rw in dynashape.get_registry().rewrites() if rw.plugin == "dynashape.ops_builtin"}
     assert builtin - _cases_fired() == set()
+
+
+@pytest.mark.parametrize("optimize", [True, False])
+def test_a_session_fed_an_overridable_initializer_keeps_its_rewrite_setting(optimize):
+    g = G()
+    y = _linear(g, g.input("x", X))
+    m = g.model(y)
+    w = m.graph.initializer[0]
+    m.graph.input.append(helper.make_tensor_value_info(w.name, F, list(w.dims)))   # overridable
+    sess = dynashape.InferenceSession(m.SerializeToString(), optimize=optimize)
+    feeds = {"x": RNG.standard_normal((2, 3, 8)).astype(np.float32), w.name: np.ones(w.dims, np.float32)}
+    (got,) = sess.run(None, feeds)
+    (want,) = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    (inner,) = sess._overriding.values()
+    assert bool(inner.rewrites.fired) is optimize and inner.compiled_kernels is sess.compiled_kernels
