@@ -5,16 +5,16 @@ and which graph inputs feed a shape computation by value.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
 from .errors import ModelLoadError
-from .model import Graph, Model, Node
+from .model import Graph, Model, Node, ValueInfo, input_dim_exprs
 from .records import OpDef
 from .registry import Registry
 
-__all__ = ["PreparedNode", "PreparedGraph", "prepare_graph"]
+__all__ = ["PreparedNode", "PreparedGraph", "prepare_graph", "input_dims"]
 
 
 @dataclass
@@ -167,3 +167,13 @@ def _value_needed_inputs(pg: PreparedGraph) -> set[int]:
             if src >= 0 and j not in pn.opdef.shape_only_inputs:
                 stack.append(src)
     return needed
+
+
+def input_dims(pg: PreparedGraph, inputs: Sequence[ValueInfo]) -> tuple[dict, dict]:
+    """Symbolic dims and dtypes of a graph's declared inputs, by slot: ints, the dim_param
+    symbols, and a fresh symbol per unknown dim that collides with no dim_param or tensor name."""
+    taken = {d.value for vi in inputs if vi.dims for d in vi.dims if isinstance(d.value, str)}
+    taken |= set(pg.names)
+    dims = {pg.slot[vi.name]: input_dim_exprs(vi, taken) for vi in inputs}
+    dtypes = {pg.slot[vi.name]: vi.dtype for vi in inputs}
+    return dims, dtypes

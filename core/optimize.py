@@ -8,25 +8,16 @@ constant-only nodes, such as a Conv whose folded BatchNormalization made new wei
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional
 
 from .graph import PreparedGraph, prepare_graph
 from .inference import fold_constants
-from .model import Graph, ValueInfo, input_dim_exprs
+from .model import Graph
 from .registry import Registry
 from .rewrite import RewriteReport, apply_rewrites
 from .symbolic_inference import infer_symbolic
 
-__all__ = ["optimize_graph", "input_dims"]
-
-
-def input_dims(pg: PreparedGraph, inputs: Sequence[ValueInfo]) -> tuple[dict, dict]:
-    """Symbolic dims and dtypes of a graph's declared inputs, by slot (as the session makes them)."""
-    taken = {d.value for vi in inputs if vi.dims for d in vi.dims if isinstance(d.value, str)}
-    taken |= set(pg.names)
-    dims = {pg.slot[vi.name]: input_dim_exprs(vi, taken) for vi in inputs}
-    dtypes = {pg.slot[vi.name]: vi.dtype for vi in inputs}
-    return dims, dtypes
+__all__ = ["optimize_graph"]
 
 
 def optimize_graph(pg: PreparedGraph, registry: Registry, dims: Mapping[int, Any], dtypes: Mapping[int, Any],
@@ -44,7 +35,7 @@ def optimize_graph(pg: PreparedGraph, registry: Registry, dims: Mapping[int, Any
         UnsupportedOperatorError: a replacement uses an op nobody registered.
     """
     rewrites = registry.rewrites()
-    report = RewriteReport(nodes_before=len(pg.nodes), nodes_after=len(pg.nodes))
+    report = RewriteReport.unchanged(len(pg.nodes))
     roots = {(rw.pattern.domain, rw.pattern.op_type) for rw in rewrites}
     if not rewrites or not any((pn.node.domain, pn.node.op_type) in roots for pn in pg.nodes):
         return pg, report

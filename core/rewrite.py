@@ -28,6 +28,7 @@ its outer values have outside).
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
@@ -136,12 +137,14 @@ class RewriteReport:
     nodes_after: int = 0
     fired: list = field(default_factory=list)
 
+    @classmethod
+    def unchanged(cls, nodes: int) -> "RewriteReport":
+        """The report of a graph of ``nodes`` nodes that no rewrite touched."""
+        return cls(nodes_before=nodes, nodes_after=nodes)
+
     def counts(self) -> dict:
-        """rewrite name -> times it fired."""
-        out: dict = {}
-        for f in self.fired:
-            out[f.rewrite] = out.get(f.rewrite, 0) + 1
-        return out
+        """rewrite name -> times it fired (in the order they first fired)."""
+        return dict(Counter(f.rewrite for f in self.fired))
 
 
 class _GraphState:
@@ -160,6 +163,7 @@ class _GraphState:
         self.reindex()
 
     def reindex(self) -> None:
+        self.alive = {id(n) for n in self.nodes}
         self.producer: dict[str, Node] = {}
         self.consumers: dict[str, list[Node]] = {}
         for n in self.nodes:
@@ -169,6 +173,23 @@ class _GraphState:
             for i in n.inputs:
                 if i:
                     self.consumers.setdefault(i, []).append(n)
+
+    def replace(self, m: "Match", built: list) -> dict:
+        """The matched nodes out, ``built`` in at the root's place, forwards applied; returns
+        {id of a node a forward rewrote: its new node}."""
+        gone = {id(n) for n in m.matched}
+        at = next(i for i, n in enumerate(self.nodes) if n is m.root)
+        nodes = [n for n in self.nodes[:at] if id(n) not in gone] + built + \
+            [n for n in self.nodes[at + 1:] if id(n) not in gone]
+        renamed = {}
+        if m.forwards:
+            forwarded = [_forwarded(n, m.forwards) for n in nodes]
+            renamed = {id(a): b for a, b in zip(nodes, forwarded) if a is not b}
+            nodes = forwarded
+        self.nodes = nodes
+        self.constants.update(m.new_constants)
+        self.reindex()
+        return renamed
 
     def fresh(self, hint: str) -> str:
         while True:
@@ -415,23 +436,13 @@ def apply_rewrites(graph: Graph, nodes: Sequence[Node], constants: Mapping[str, 
         for root in roots:
             while id(root) in renamed:
                 root = renamed[id(root)]
-            if not any(n is root for n in state.nodes):
+            if id(root) not in state.alive:
                 continue   # consumed by an earlier match of this rewrite
             found = _try(rw, state, root)
             if found is None:
                 continue
             m, built = found
-            gone = {id(n) for n in m.matched}
-            at = next(i for i, n in enumerate(state.nodes) if n is root)
-            before = [n for n in state.nodes[:at] if id(n) not in gone]
-            after = [n for n in state.nodes[at + 1:] if id(n) not in gone]
-            state.nodes = before + built + after
-            if m.forwards:
-                new_nodes = [_forwarded(n, m.forwards) for n in state.nodes]
-                renamed.update({id(a): b for a, b in zip(state.nodes, new_nodes) if a is not b})
-                state.nodes = new_nodes
-            state.constants.update(m.new_constants)
-            state.reindex()
+            renamed.update(state.replace(m, built))
             report.fired.append(Fired(rw.name, rw.plugin, root.name, len(m.matched), len(built)))
     report.nodes_after = len(state.nodes)
     return state.nodes, state.constants, report

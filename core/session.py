@@ -23,10 +23,10 @@ from .engine import Engine
 from .errors import (DimParamMismatch, InputDtypeMismatch, InputFixedDimMismatch, InputNameError,
                      InputRankMismatch, InvalidArgumentError, InvalidFeedError, RunTerminated)
 from .executor import Arena, RunStats
-from .graph import PreparedGraph, prepare_graph
+from .graph import PreparedGraph, input_dims, prepare_graph
 from .inference import fold_constants
-from .model import FIXED, SYMBOLIC, Model, ModelMetadata, ValueInfo, input_dim_exprs, load_model, model_metadata
-from .optimize import input_dims, optimize_graph
+from .model import FIXED, SYMBOLIC, Model, ModelMetadata, ValueInfo, load_model, model_metadata
+from .optimize import optimize_graph
 from .options import RunOptions, SessionOptions, resolve_providers, session_settings, warn_once
 from .plan import Plan
 from .profiling import Profiler
@@ -238,16 +238,12 @@ class InferenceSession:
         if optimize is None:
             optimize = os.environ.get("DYNASHAPE_OPTIMIZE", "1") not in ("0", "false", "off")
         self.optimize = bool(optimize) and settings.fold_constants
-        self.rewrites = RewriteReport(nodes_before=len(self.graph.nodes), nodes_after=len(self.graph.nodes))
-        if self.optimize:
-            dims, dtypes = input_dims(self.graph, self.model.graph.inputs)
-            self.graph, self.rewrites = optimize_graph(self.graph, self.registry, dims, dtypes)
         self._inputs = self.model.graph.inputs
         self._outputs = self.model.graph.outputs
-        taken = {d.value for vi in self._inputs if vi.dims for d in vi.dims if isinstance(d.value, str)}
-        taken |= set(self.graph.names)
-        dims = {self.graph.slot[vi.name]: input_dim_exprs(vi, taken) for vi in self._inputs}
-        dtypes = {self.graph.slot[vi.name]: vi.dtype for vi in self._inputs}
+        self.rewrites = RewriteReport.unchanged(len(self.graph.nodes))
+        if self.optimize:
+            self.graph, self.rewrites = optimize_graph(self.graph, self.registry, *input_dims(self.graph, self._inputs))
+        dims, dtypes = input_dims(self.graph, self._inputs)
         t0 = time.perf_counter()
         self.engine = Engine(self.graph, self.registry, dims, dtypes, [vi.name for vi in self._inputs],
                              self.allocator, validate=self.validate_memory, strict_dim_params=self.strict_dim_params,

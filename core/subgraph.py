@@ -65,7 +65,7 @@ class SubgraphRunner:
         self.input_names = self.formal_names + self.outer_inputs
         self.output_names = [v.name for v in graph.outputs]
         self._all_outputs = list(range(len(pg.output_slots)))
-        self.rewrites = RewriteReport(nodes_before=len(pg.nodes), nodes_after=len(pg.nodes))
+        self.rewrites = RewriteReport.unchanged(len(pg.nodes))
         if optimize:
             pg, dims, dtypes = self._optimized(pg, dims, dtypes, opsets, constants)
             self.prepared = pg

@@ -191,9 +191,22 @@ def test_dynashape_fast_0_and_compiled_kernels_false_run_the_numpy_kernels(monke
     assert any(k.plugin == "fast" for k in dynashape.get_registry().kernels("", "Erf"))
 
 
-def test_the_plugin_says_why_it_is_off_without_numba():
+def test_the_plugin_says_why_it_is_off_without_numba(monkeypatch):
+    import importlib
+    import sys
+
     from dynashape import ops_fast
     assert ops_fast.AVAILABLE and ops_fast.REASON == "" and ops_fast.enabled()
+    monkeypatch.setitem(sys.modules, "numba", None)   # as if the [fast] extra were not installed
+    try:
+        importlib.reload(ops_fast)
+        assert not ops_fast.AVAILABLE and not ops_fast.enabled()
+        assert "pip install 'dynashape[fast]'" in ops_fast.REASON
+        assert ops_fast.dynashape_register_kernels() == []
+    finally:
+        monkeypatch.undo()
+        importlib.reload(ops_fast)
+    assert ops_fast.enabled() and ops_fast.dynashape_register_kernels()
 
 
 @pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
