@@ -43,5 +43,5 @@ def dynashape_register_ops():
 def dynashape_register_kernels():
     if not enabled():
         return []
-    from .kernels import lib
-    return lib.kernels
+    from .kernels import all_kernels
+    return all_kernels()
