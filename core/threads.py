@@ -1,13 +1,25 @@
-"""BLAS threads during a run (``SessionOptions.intra_op_num_threads``), through threadpoolctl.
+"""Intra-op threads during a run (``SessionOptions.intra_op_num_threads``): BLAS's, through
+threadpoolctl, and the count kernels read with :func:`intra_op_threads`.
 
 The BLAS thread count is process-wide: the first run that enters sets it, the last run
 that leaves restores it, so overlapping runs of one session keep the limit throughout.
+The kernels' count is per calling thread (a run holds it from ``enter`` to ``leave``):
+a plugin's kernel that can split its work (the compiled kernels' ``prange`` loops) uses
+that many threads, and 1 outside a run or where the session sets no count.
 """
 from __future__ import annotations
 
 import threading
 
-__all__ = ["BlasThreads"]
+__all__ = ["BlasThreads", "intra_op_threads"]
+
+_run = threading.local()
+
+
+def intra_op_threads() -> int:
+    """The threads a kernel may use in the run in progress on this thread: the session's
+    ``intra_op_num_threads`` when it set one (>= 1), else 1."""
+    return getattr(_run, "threads", 1)
 
 
 class BlasThreads:
@@ -27,6 +39,7 @@ class BlasThreads:
         self._saved: list = []
 
     def enter(self) -> None:
+        _run.threads = self.n
         with self._lock:
             if self._inside == 0:
                 self._saved = [lib.get_num_threads() for lib in self._libs]
@@ -36,6 +49,7 @@ class BlasThreads:
             self._inside += 1
 
     def leave(self) -> None:
+        _run.threads = 1
         with self._lock:
             self._inside -= 1
             if self._inside == 0:

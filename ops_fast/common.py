@@ -10,8 +10,10 @@ axis) and call the numpy kernel otherwise.
 """
 from __future__ import annotations
 
+import numba
 import numpy as np
 from numba import njit
+from dynashape.threads import intra_op_threads
 
 #: the priority of every compiled kernel (the builtin numpy kernels have 0)
 PRIORITY = 10
@@ -48,3 +50,34 @@ def tap_span(off, sw, w_, ow_):
     hi = (w_ - 1 - off) // sw + 1 if w_ - 1 - off >= 0 else 0
     hi = min(hi, ow_)
     return max(lo, 0), max(lo * sw + off, 0), max(hi - lo, 0)
+
+
+class ThreadedLoop:
+    """A loop compiled twice: serially, and with ``parallel=True`` (its ``prange`` loops split
+    over numba's threads, compiled on first use). Calling it runs the parallel one where the
+    run lets kernels use more than one thread (``SessionOptions.intra_op_num_threads``,
+    :func:`dynashape.threads.intra_op_threads`; capped at numba's thread pool), the serial
+    one otherwise. ``prange`` in the serial one is a plain ``range``."""
+
+    def __init__(self, fn, flags: dict):
+        self.serial = njit(**flags)(fn)
+        self._fn, self._flags, self._parallel = fn, flags, None
+        self.__doc__ = fn.__doc__
+
+    @property
+    def parallel(self):
+        if self._parallel is None:
+            self._parallel = njit(parallel=True, **self._flags)(self._fn)
+        return self._parallel
+
+    def __call__(self, *args):
+        n = intra_op_threads()
+        if n > 1:
+            numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+            return self.parallel(*args)
+        return self.serial(*args)
+
+
+def threaded(flags: dict = JIT):
+    """Decorator: ``@threaded(FMA_JIT)`` makes a :class:`ThreadedLoop` of a loop function."""
+    return lambda fn: ThreadedLoop(fn, flags)
