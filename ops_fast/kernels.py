@@ -10,14 +10,16 @@ handles) and the numpy kernel otherwise, so a node never fails here that would r
 * :mod:`.normalization`: LayerNormalization (trailing axes, one output: onnxruntime's formulation);
 * :mod:`.softmax`: Softmax (last axis), FusedAttention's scale / mask / max and normalisation;
 * :mod:`.conv`: Conv / FusedConv (2-D) as direct loops where they beat im2col + BLAS;
+* :mod:`.conv_transpose`: ConvTranspose (2-D);
 * :mod:`.pool`: the 2-D pools;
+* :mod:`.resize`: Resize;
 * :mod:`.recurrent`: the recurrent ops' time loops.
 """
 from __future__ import annotations
 
-from . import activations, conv, normalization, pool, recurrent, softmax
+from . import activations, conv, conv_transpose, normalization, pool, recurrent, resize, softmax
 
-FAMILIES = (activations, normalization, softmax, conv, pool, recurrent)
+FAMILIES = (activations, normalization, softmax, conv, conv_transpose, pool, resize, recurrent)
 
 
 def all_kernels() -> list:
