@@ -1,17 +1,41 @@
-"""Conv and FusedConv: direct compiled loops where they beat im2col + BLAS."""
+"""Conv and FusedConv (2-D) as direct compiled loops where they beat im2col + BLAS.
+
+* **Depthwise** (one filter per channel): ``depthwise_conv2d``, the "taps" loop order.
+* **Direct** (any group, a short reduction: C/group x KH x KW <= ``DIRECT_MAX_DEPTH``, the
+  first layers of image models, where im2col + BLAS spends its time copying a 27-deep
+  column matrix): the input is padded and split into its stride phases once
+  (``pad_phases``), then each output row of four output channels sums its taps along the
+  row, three taps per pass (``conv2d_direct``). Each output element is one fused
+  multiply-add chain over its taps in (channel, kh, kw) order, restarted every
+  ``block`` terms and the bias added last: the order of onnxruntime's MLAS im2col + SGEMM
+  (``nn._reduction_block``), so float32 results are bit-identical with it where the CPU
+  has FMA.
+* Everything else: the numpy kernel (im2col + BLAS in MLAS's blocks).
+"""
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 from dynashape.records import OpLibrary
 from dynashape.ops_builtin import fusions, nn
 
 from .activations import bias_and_activation, epilogue_code
-from .common import EMPTY, FLOATS, JIT, PRIORITY, contiguous, tap_span
+from .common import EMPTY, FLOATS, FMA_JIT, JIT, PRIORITY, contiguous, tap_span, threaded
 
 lib = OpLibrary()
+
+#: the longest reduction (C/group x KH x KW) the direct loop takes; longer ones run im2col
+#: + BLAS, which wins there (benchmarks in docs/KERNELS.md)
+DIRECT_MAX_DEPTH = 32
+#: output channels one pass of the direct loop computes (they share each input load)
+_M_BLOCK = 4
+#: output pixels per image from which a longer reduction runs im2col image by image (the
+#: columns of one image stay in cache, BLAS writes the image's output in place); below,
+#: the numpy kernel's one matmul over the whole batch
+COLUMNS_MIN_PIXELS = 256
 
 
 @njit(**JIT)
@@ -50,32 +74,273 @@ def depthwise_conv2d(x, w, bias, y, sh, sw, dh, dw, ph, pw, has_bias, relu):
                         row[ow] = v if not v < 0 else 0.0
 
 
+@threaded(FMA_JIT)
+def pad_phases(x, xq, ph, pw):
+    """xq (N, C, Hp, S, Wq) = x (N, C, H, W) padded with zeros (ph rows on top, pw columns on
+    the left; the rest at the bottom / right) and split into its S column phases:
+    ``xq[n, c, i, p, j] = x[n, c, i - ph, j * S + p - pw]`` (0 outside x)."""
+    n_, c_, h_, w_ = x.shape
+    hp, s_, wq = xq.shape[2], xq.shape[3], xq.shape[4]
+    for nc in prange(n_ * c_):
+        n, c = nc // c_, nc % c_
+        for i in range(hp):
+            ih = i - ph
+            inside = 0 <= ih < h_
+            src = x[n, c, max(min(ih, h_ - 1), 0)]
+            for p in range(s_):
+                row = xq[n, c, i, p]
+                for j in range(wq):
+                    iw = j * s_ + p - pw
+                    v = src[max(min(iw, w_ - 1), 0)]
+                    row[j] = v if inside and 0 <= iw < w_ else 0.0
+
+
+@njit(inline="always", **FMA_JIT)
+def _taps3(r0, r1, r2, r3, u, ou, ov, ot, w0, w1, w2, w3, k):
+    """r_i[j] = r_i[j] + w_i[k] u[j + ou] + w_i[k + 1] u[j + ov] + w_i[k + 2] u[j + ot]: three
+    taps of four output rows in one pass (one chain per element, the taps in order)."""
+    a0, b0, c0 = w0[k], w0[k + 1], w0[k + 2]
+    a1, b1, c1 = w1[k], w1[k + 1], w1[k + 2]
+    a2, b2, c2 = w2[k], w2[k + 1], w2[k + 2]
+    a3, b3, c3 = w3[k], w3[k + 1], w3[k + 2]
+    ou, ov, ot = max(ou, 0), max(ov, 0), max(ot, 0)   # (lets LLVM drop negative-index wraparound)
+    for j in range(r0.shape[0]):
+        x0, x1, x2 = u[j + ou], u[j + ov], u[j + ot]
+        r0[j] = r0[j] + a0 * x0 + b0 * x1 + c0 * x2
+        r1[j] = r1[j] + a1 * x0 + b1 * x1 + c1 * x2
+        r2[j] = r2[j] + a2 * x0 + b2 * x1 + c2 * x2
+        r3[j] = r3[j] + a3 * x0 + b3 * x1 + c3 * x2
+
+
+@njit(inline="always", **FMA_JIT)
+def _tap1(r0, r1, r2, r3, u, ou, a0, a1, a2, a3):
+    """r_i[j] = r_i[j] + a_i u[j + ou]: one tap of four output rows."""
+    ou = max(ou, 0)
+    for j in range(r0.shape[0]):
+        x0 = u[j + ou]
+        r0[j] = r0[j] + a0 * x0
+        r1[j] = r1[j] + a1 * x0
+        r2[j] = r2[j] + a2 * x0
+        r3[j] = r3[j] + a3 * x0
+
+
+@njit(inline="always", **FMA_JIT)
+def _at(col, s_, wq):
+    """Where padded column ``col + j * s_`` sits in a phase-split row (S phases of wq): its
+    phase's start plus ``col // s_``."""
+    return (col % s_) * wq + col // s_
+
+
+@njit(inline="always", **FMA_JIT)
+def _end_chain(y0, y1, y2, y3, r0, r1, r2, r3, first):
+    """A chain of the reduction is summed: y_i = r_i (the first) or y_i += r_i; r_i = 0."""
+    for j in range(y0.shape[0]):
+        if first:
+            y0[j], y1[j], y2[j], y3[j] = r0[j], r1[j], r2[j], r3[j]
+        else:
+            y0[j] += r0[j]
+            y1[j] += r1[j]
+            y2[j] += r2[j]
+            y3[j] += r3[j]
+        r0[j] = r1[j] = r2[j] = r3[j] = 0.0
+
+
+@threaded(FMA_JIT)
+def conv2d_direct(xq, w, bias, y, group, sh, dh, dw, block, has_bias, relu):
+    """Conv of xq (N, C, Hp, S, Wq: the input padded and split into its S column phases,
+    see ``pad_phases``) with w (M, C/group, KH, KW; M/group a multiple of 4) into y (N, M,
+    OH, OW); strides (sh, S), dilations (dh, dw). Four output channels at a time, one row
+    at a time: each output element sums its taps in (c, kh, kw) order, one fused
+    multiply-add chain per ``block`` taps, the chains added in order, then ``bias`` (when
+    ``has_bias``) and max(., 0) (when ``relu``)."""
+    n_, s_, wq = xq.shape[0], xq.shape[3], xq.shape[4]
+    rows = xq.reshape(n_, xq.shape[1], xq.shape[2], s_ * wq)   # each padded row: its S phases, flat
+    m_, cg, kh_, kw_ = w.shape
+    oh_, ow_ = y.shape[2], y.shape[3]
+    mg = m_ // group
+    blocks = mg // 4
+    for job in prange(n_ * group * blocks):
+        n, rest = job // (group * blocks), job % (group * blocks)
+        g = rest // blocks
+        m = g * mg + (rest % blocks) * 4
+        c0 = g * cg
+        acc = np.zeros((4, ow_), y.dtype)   # the chain being summed (kept zero between chains)
+        r0, r1, r2, r3 = acc[0], acc[1], acc[2], acc[3]
+        for oh in range(oh_):
+            y0, y1, y2, y3 = y[n, m, oh], y[n, m + 1, oh], y[n, m + 2, oh], y[n, m + 3, oh]
+            t = 0          # taps in the current chain
+            first = True
+            for ci in range(cg):
+                for kh in range(kh_):
+                    xrow = rows[n, c0 + ci, oh * sh + kh * dh]
+                    w0, w1, w2, w3 = w[m, ci, kh], w[m + 1, ci, kh], w[m + 2, ci, kh], w[m + 3, ci, kh]
+                    kw = 0
+                    while kw < kw_:
+                        if t == block:
+                            _end_chain(y0, y1, y2, y3, r0, r1, r2, r3, first)
+                            first = False
+                            t = 0
+                        end = kw + min(kw_ - kw, block - t)
+                        t += end - kw
+                        while kw + 3 <= end:
+                            _taps3(r0, r1, r2, r3, xrow, _at(kw * dw, s_, wq), _at((kw + 1) * dw, s_, wq),
+                                   _at((kw + 2) * dw, s_, wq), w0, w1, w2, w3, kw)
+                            kw += 3
+                        while kw < end:
+                            _tap1(r0, r1, r2, r3, xrow, _at(kw * dw, s_, wq), w0[kw], w1[kw], w2[kw], w3[kw])
+                            kw += 1
+            _end_chain(y0, y1, y2, y3, r0, r1, r2, r3, first)
+            if has_bias or relu:
+                for i in range(4):
+                    row = y[n, m + i, oh]
+                    b = bias[m + i] if has_bias else 0.0
+                    for j in range(ow_):
+                        v = row[j] + b
+                        row[j] = (v if not v < 0 else 0.0) if relu else v
+
+
+@threaded(JIT)
+def im2col_phases(xq, cols, kh_, kw_, sh, dh, dw, oh_, ow_):
+    """cols (C x KH x KW, OH x OW) of one image from xq (C, Hp, S, Wq: padded, split into its
+    S column phases, see ``pad_phases``): row (c, kh, kw), column (oh, ow) holds the padded
+    input at (oh * sh + kh * dh, ow * S + kw * dw); every read is a contiguous run."""
+    c_, s_, wq = xq.shape[0], xq.shape[2], xq.shape[3]
+    rows = xq.reshape(c_, xq.shape[1], s_ * wq)
+    for r in prange(c_ * kh_ * kw_):
+        c, kh, kw = r // (kh_ * kw_), (r // kw_) % kh_, r % kw_
+        dst = cols[r]
+        off = _at(kw * dw, s_, wq)
+        for oh in range(oh_):
+            src = rows[c, oh * sh + kh * dh]
+            base = oh * ow_
+            for j in range(ow_):
+                dst[base + j] = src[off + j]
+
+
+@threaded(JIT)
+def bias_relu_planes(y, bias, has_bias, relu):
+    """y (M, P) = y + bias[m] per row m (when ``has_bias``), then max(., 0) (when ``relu``)."""
+    m_, p_ = y.shape
+    for m in prange(m_):
+        b = bias[m] if has_bias else 0.0
+        row = y[m]
+        for j in range(p_):
+            v = row[j] + b
+            row[j] = (v if not v < 0 else 0.0) if relu else v
+
+
+class _LoopPlan(NamedTuple):
+    """What the direct and the per-image im2col paths need."""
+    mode: str                # "direct" or "columns" (per-image im2col + BLAS)
+    strides: tuple           # (sh, sw)
+    dilations: tuple         # (dh, dw)
+    pads: tuple              # (ph, pw): top and left
+    kernel: tuple            # (kh, kw)
+    block: int               # the chain length of the reduction (nn._reduction_block)
+    padded: tuple            # pad_phases' buffer: (N, C, Hp, S, Wq) direct, (1, C, Hp, S, Wq) columns
+    depth: int               # C/group x KH x KW
+
+
 class _ConvPlan(NamedTuple):
-    numpy: object            # the numpy kernel's plan (nn._ConvPlan)
-    direct: tuple | None     # (sh, sw, dh, dw, ph, pw) when the depthwise loop applies
-    epilogue: str            # see _epilogue_code ("" for a plain Conv)
+    numpy: object            # the numpy kernel's plan (nn._ConvPlan; its temporaries are not
+                             # planned with the direct loop's: np.empty if it ever runs)
+    depthwise: tuple | None  # (sh, sw, dh, dw, ph, pw) when the depthwise loop applies
+    loop: _LoopPlan | None   # when the direct or the per-image im2col path applies
+    epilogue: str            # see epilogue_code ("" for a plain Conv)
     numpy_epilogue: object   # the numpy epilogue (fusions.Epilogue) of a FusedConv, or None
 
 
-def _conv_prepare(ctx) -> _ConvPlan:
-    numpy_plan = nn._conv_prepare(ctx)
+def _loop_plan(ctx) -> _LoopPlan | None:
+    """The direct loop's plan (a reduction of at most DIRECT_MAX_DEPTH terms, M/group a
+    multiple of 4) or the per-image im2col's (at least COLUMNS_MIN_PIXELS output pixels per
+    image), for a 2-D Conv that is neither pointwise nor depthwise, with explicit pads."""
     group, geom, out, (n, c, m, k), cdtype, mode = nn._conv_setup(ctx)
-    direct = None
+    if mode != "im2col" or len(out) != 2 or geom.pads_begin is None or not all(out):
+        return None
+    depth = (c // group) * k
+    if depth <= DIRECT_MAX_DEPTH and (m // group) % _M_BLOCK == 0:
+        kind = "direct"
+    elif out[0] * out[1] >= COLUMNS_MIN_PIXELS:
+        kind = "columns"
+    else:
+        return None
+    (sh, sw), (dh, dw) = (tuple(int(v) for v in geom.strides), tuple(int(v) for v in geom.dilations))
+    kh, kw = (int(v) for v in geom.kernel)
+    images = n if kind == "direct" else 1
+    padded = (images, c, (out[0] - 1) * sh + (kh - 1) * dh + 1, sw, out[1] + ((kw - 1) * dw) // sw)
+    return _LoopPlan(kind, (sh, sw), (dh, dw), tuple(int(v) for v in geom.pads_begin), (kh, kw),
+                     nn._reduction_block(math.prod(out), depth), padded, depth)
+
+
+def _conv_scratch(ctx) -> list:
+    """The direct loop's padded input; the per-image im2col's padded image, columns and (for
+    a reduction longer than one block) partial products; else the numpy kernel's."""
+    loop = _loop_plan(ctx)
+    if loop is None:
+        return nn._conv_scratch(ctx)
+    cdtype = nn._conv_setup(ctx)[4]
+    buffers = [((math.prod(loop.padded),), cdtype)]
+    if loop.mode == "columns":
+        x, w = ctx.shape(0), ctx.shape(1)
+        pixels = math.prod(nn._conv_setup(ctx)[2])
+        buffers.append(((x[1] * loop.kernel[0] * loop.kernel[1] * pixels,), cdtype))
+        if loop.depth > loop.block:
+            buffers.append(((w[0] * pixels,), cdtype))
+    return buffers
+
+
+def _conv_prepare(ctx) -> _ConvPlan:
+    group, geom, out, (n, c, m, k), cdtype, mode = nn._conv_setup(ctx)
+    depthwise = None
     if mode == "depthwise" and len(out) == 2 and geom.pads_begin is not None:
-        direct = tuple(int(v) for v in (*geom.strides, *geom.dilations, *geom.pads_begin))
-    return _ConvPlan(numpy_plan, direct, epilogue_code(ctx), fusions.epilogue(ctx))
+        depthwise = tuple(int(v) for v in (*geom.strides, *geom.dilations, *geom.pads_begin))
+    return _ConvPlan(nn._conv_prepare(ctx), depthwise, _loop_plan(ctx), epilogue_code(ctx), fusions.epilogue(ctx))
+
+
+def _run_direct(x, w, bias, y, outputs, p: _ConvPlan) -> None:
+    d = p.loop
+    xq = nn._scratch(outputs, 1, math.prod(d.padded), y.dtype).reshape(d.padded)
+    pad_phases(x, xq, *d.pads)
+    b = EMPTY[y.dtype] if bias is None else np.ascontiguousarray(bias)
+    conv2d_direct(xq, w, b, y, x.shape[1] // w.shape[1], d.strides[0], *d.dilations, d.block,
+                  bias is not None, p.epilogue == "relu")
+
+
+def _run_columns(x, w, bias, y, outputs, p: _ConvPlan) -> None:
+    """Per image: pad, im2col (compiled, contiguous runs), one blocked matmul per group into
+    the image's own output (M, OH x OW: no transposing copy), bias and Relu in one pass."""
+    d = p.loop
+    n, c, m = x.shape[0], x.shape[1], w.shape[0]
+    group = c // w.shape[1]
+    oh, ow = y.shape[2], y.shape[3]
+    pixels = oh * ow
+    xq = nn._scratch(outputs, 1, math.prod(d.padded), y.dtype).reshape(d.padded[1:])
+    cols = nn._scratch(outputs, 2, c * d.kernel[0] * d.kernel[1] * pixels, y.dtype).reshape(group, d.depth, pixels)
+    part = nn._scratch(outputs, 3, m * pixels, y.dtype).reshape(group, m // group, pixels) if d.depth > d.block else None
+    wm = w.reshape(group, m // group, d.depth)
+    b = EMPTY[y.dtype] if bias is None else np.ascontiguousarray(bias)
+    relu = p.epilogue == "relu"
+    for i in range(n):
+        pad_phases(x[i:i + 1], xq[None], *d.pads)
+        im2col_phases(xq, cols.reshape(group * d.depth, pixels), *d.kernel, d.strides[0], *d.dilations, oh, ow)
+        yi = y[i].reshape(group, m // group, pixels)
+        nn._blocked_matmul(wm, cols, yi, d.block, part)
+        if bias is not None or relu:
+            bias_relu_planes(y[i].reshape(m, pixels), b, bias is not None, relu)
 
 
 def _conv(inputs, outputs, p: _ConvPlan) -> None:
-    """Depthwise: the compiled direct loop (Relu in it); else the numpy kernel (im2col + BLAS
-    in MLAS's blocks: a compiled im2col measured no faster than its strided copies). Then a
-    FusedConv's activation, compiled where one exists."""
+    """The depthwise or direct loop where one applies (bias and Relu in it), else the numpy
+    kernel (im2col + BLAS in MLAS's blocks); then a FusedConv's other activations."""
     x, w, y = inputs[0], inputs[1], outputs[0]
     bias = inputs[2] if len(inputs) > 2 else None
-    if (p.direct is not None and x.dtype == y.dtype == w.dtype and (bias is None or bias.dtype == y.dtype)
-            and contiguous(x, w, y)):
-        b = EMPTY[y.dtype] if bias is None else np.ascontiguousarray(bias)
-        depthwise_conv2d(x, w, b, y, *p.direct, bias is not None, p.epilogue == "relu")
+    looped = p.depthwise is not None or p.loop is not None
+    if looped and x.dtype == y.dtype == w.dtype and (bias is None or bias.dtype == y.dtype) and contiguous(x, w, y):
+        if p.loop is not None:
+            (_run_direct if p.loop.mode == "direct" else _run_columns)(x, w, bias, y, outputs, p)
+        else:
+            b = EMPTY[y.dtype] if bias is None else np.ascontiguousarray(bias)
+            depthwise_conv2d(x, w, b, y, *p.depthwise, bias is not None, p.epilogue == "relu")
         if p.epilogue not in ("", "relu"):
             bias_and_activation(y, None, p.epilogue, p.numpy_epilogue)
         return
@@ -87,12 +352,12 @@ def _conv(inputs, outputs, p: _ConvPlan) -> None:
             p.numpy_epilogue(y)
 
 
-@lib.kernel("Conv", dtypes=FLOATS, priority=PRIORITY, prepare=_conv_prepare, scratch=nn._conv_scratch)
+@lib.kernel("Conv", dtypes=FLOATS, priority=PRIORITY, prepare=_conv_prepare, scratch=_conv_scratch)
 def _conv_kernel(inputs, outputs, p: _ConvPlan):
     _conv(inputs, outputs, p)
 
 
 @lib.kernel("FusedConv", domain=fusions.DOMAIN, dtypes=FLOATS, priority=PRIORITY, prepare=_conv_prepare,
-            scratch=nn._conv_scratch)
+            scratch=_conv_scratch)
 def _fused_conv_kernel(inputs, outputs, p: _ConvPlan):
     _conv(inputs, outputs, p)

@@ -133,6 +133,80 @@ def test_depthwise_conv(attrs, activation):
     _check(m, feeds, fast_ops={"FusedConv" if activation else "Conv"}, rtol=1e-4, atol=1e-4)
 
 
+def _fma_cpu() -> bool:
+    from llvmlite import binding
+    return binding.get_host_cpu_features().get("fma", False)
+
+
+def _spy(monkeypatch, module, name: str) -> list:
+    """Replace ``module.name`` by a wrapper that records each call (the loop still runs)."""
+    calls, loop = [], getattr(module, name)
+
+    def spy(*args):
+        calls.append(args)
+        return loop(*args)
+    monkeypatch.setattr(module, name, spy)
+    return calls
+
+
+# (x channels, w shape, attrs, (n, h, w) per run, the path): direct = a reduction of at most
+# DIRECT_MAX_DEPTH terms; columns = per-image im2col, >= COLUMNS_MIN_PIXELS pixels, one
+# chain (depth 36) or two (depth 144 > MLAS's 128)
+_CONV_PATHS = [
+    (3, (8, 3, 3, 3), {"pads": [1, 1, 1, 1]}, [(1, 7, 9), (2, 16, 5), (1, 3, 3)], "conv2d_direct"),
+    (3, (4, 3, 3, 3), {"strides": [2, 2], "pads": [0, 1, 2, 1]}, [(2, 9, 11), (1, 6, 6)], "conv2d_direct"),
+    (2, (8, 2, 2, 5), {"dilations": [2, 1], "pads": [1, 2, 1, 2], "strides": [1, 2]}, [(1, 8, 13), (3, 5, 6)], "conv2d_direct"),
+    (4, (8, 2, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}, [(1, 6, 6), (2, 9, 4)], "conv2d_direct"),
+    (4, (6, 4, 3, 3), {"pads": [1, 1, 1, 1]}, [(1, 16, 20), (2, 23, 17)], "im2col_phases"),
+    (4, (6, 4, 3, 3), {"strides": [2, 2], "dilations": [1, 2]}, [(1, 40, 44), (2, 37, 50)], "im2col_phases"),
+    (16, (8, 16, 3, 3), {"pads": [1, 1, 1, 1]}, [(1, 16, 16), (2, 20, 17)], "im2col_phases"),
+    (6, (6, 3, 3, 3), {"group": 2, "pads": [1, 0, 1, 0]}, [(1, 18, 18), (2, 16, 20)], "im2col_phases"),
+]
+
+
+@pytest.mark.parametrize("channels,w_shape,attrs,runs,path", _CONV_PATHS)
+@pytest.mark.parametrize("activation", [None, "Relu", "Sigmoid"])
+def test_direct_and_per_image_conv(channels, w_shape, attrs, runs, path, activation, monkeypatch):
+    """Both compiled paths against the numpy kernel and onnxruntime through changing shapes;
+    the direct loop's float32 results are bit-identical with single-threaded onnxruntime
+    without graph optimizations (its MLAS im2col + SGEMM) where the CPU has FMA. (The
+    per-image path is as exact as its BLAS: OpenBLAS's SkylakeX kernels sum like MLAS in
+    most shapes, not all: (2, 4, 23, 17) differs in 60 of 4692 last bits.)"""
+    from dynashape.ops_fast import conv
+    calls = _spy(monkeypatch, conv, path)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c" if activation else "y"], **attrs)]
+    if activation:
+        nodes.append(helper.make_node(activation, ["c"], ["y"]))
+    m = _model(nodes, [("x", ["n", channels, "h", "w"])], [("w", RNG.standard_normal(w_shape)),
+                                                          ("b", RNG.standard_normal(w_shape[0]))])
+    feeds = [{"x": _rand(n, channels, h, w)} for n, h, w in runs]
+    _check(m, feeds, fast_ops={"FusedConv" if activation else "Conv"}, rtol=1e-5, atol=1e-5)
+    assert calls, f"{path} never ran"
+    if path == "conv2d_direct" and _fma_cpu() and activation != "Sigmoid":
+        data = m.SerializeToString()
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 1
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        ref = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+        sess = dynashape.InferenceSession(data)
+        for f in feeds:
+            np.testing.assert_array_equal(sess.run(None, f)[0], ref.run(None, f)[0])
+
+
+def test_conv_paths_with_two_threads_give_the_same_bits():
+    m = _model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], [("x", ["n", 3, "h", "h"])],
+               [("w", RNG.standard_normal((8, 3, 3, 3)))]).SerializeToString()
+    m2 = _model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], [("x", ["n", 6, "h", "h"])],
+                [("w", RNG.standard_normal((8, 6, 3, 3)))]).SerializeToString()
+    so = dynashape.SessionOptions()
+    so.intra_op_num_threads = 2
+    for data, c in ((m, 3), (m2, 6)):
+        one, two = dynashape.InferenceSession(data), dynashape.InferenceSession(data, so)
+        for n, h in ((1, 20), (3, 17)):
+            x = _rand(n, c, h, h)
+            np.testing.assert_array_equal(two.run(None, {"x": x})[0], one.run(None, {"x": x})[0])
+
+
 @pytest.mark.parametrize("banded", [False, True])
 @pytest.mark.parametrize("attrs", [{"pads": [1, 1, 1, 1]}, {"strides": [2, 2], "dilations": [1, 2]},
                                    {"group": 2, "pads": [0, 2, 1, 0]}])
