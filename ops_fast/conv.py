@@ -74,7 +74,7 @@ def depthwise_conv2d(x, w, bias, y, sh, sw, dh, dw, ph, pw, has_bias, relu):
                         row[ow] = v if not v < 0 else 0.0
 
 
-@threaded(FMA_JIT)
+@threaded(JIT)
 def pad_phases(x, xq, ph, pw):
     """xq (N, C, Hp, S, Wq) = x (N, C, H, W) padded with zeros (ph rows on top, pw columns on
     the left; the rest at the bottom / right) and split into its S column phases:
@@ -85,14 +85,25 @@ def pad_phases(x, xq, ph, pw):
         n, c = nc // c_, nc % c_
         for i in range(hp):
             ih = i - ph
-            inside = 0 <= ih < h_
-            src = x[n, c, max(min(ih, h_ - 1), 0)]
             for p in range(s_):
                 row = xq[n, c, i, p]
-                for j in range(wq):
-                    iw = j * s_ + p - pw
-                    v = src[max(min(iw, w_ - 1), 0)]
-                    row[j] = v if inside and 0 <= iw < w_ else 0.0
+                # the j whose column j * S + p - pw lies in x: tap_span of offset p - pw
+                j0, src0, count = tap_span(p - pw, s_, w_, wq)
+                j0 = min(j0, wq)
+                if ih < 0 or ih >= h_:
+                    count = 0
+                for j in range(j0):
+                    row[j] = 0.0
+                if count:
+                    src = x[n, c, ih]
+                    if s_ == 1:
+                        for j in range(count):
+                            row[j0 + j] = src[src0 + j]
+                    else:
+                        for j in range(count):
+                            row[j0 + j] = src[src0 + j * s_]
+                for j in range(j0 + count, wq):
+                    row[j] = 0.0
 
 
 @njit(inline="always", **FMA_JIT)
