@@ -10,6 +10,8 @@ axis) and call the numpy kernel otherwise.
 """
 from __future__ import annotations
 
+import threading
+
 import numba
 import numpy as np
 from numba import njit
@@ -52,12 +54,20 @@ def tap_span(off, sw, w_, ow_):
     return max(lo, 0), max(lo * sw + off, 0), max(hi - lo, 0)
 
 
+_PARALLEL_LAUNCH = threading.Lock()
+
+
 class ThreadedLoop:
     """A loop compiled twice: serially, and with ``parallel=True`` (its ``prange`` loops split
     over numba's threads, compiled on first use). Calling it runs the parallel one where the
     run lets kernels use more than one thread (``SessionOptions.intra_op_num_threads``,
     :func:`dynashape.threads.intra_op_threads`; capped at numba's thread pool), the serial
-    one otherwise. ``prange`` in the serial one is a plain ``range``."""
+    one otherwise. ``prange`` in the serial one is a plain ``range``.
+
+    Parallel calls from several Python threads (sessions run from threads) go one at a time:
+    numba's ``workqueue`` threading layer (its fallback where neither OpenMP nor TBB loads)
+    aborts the process on concurrent launches, and each call uses all the threads it asked
+    for anyway."""
 
     def __init__(self, fn, flags: dict):
         self.serial = njit(**flags)(fn)
@@ -73,8 +83,9 @@ class ThreadedLoop:
     def __call__(self, *args):
         n = intra_op_threads()
         if n > 1:
-            numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
-            return self.parallel(*args)
+            with _PARALLEL_LAUNCH:
+                numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+                return self.parallel(*args)
         return self.serial(*args)
 
 

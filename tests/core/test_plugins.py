@@ -66,6 +66,28 @@ def test_plugin_kernel_with_higher_priority_overrides_the_builtin(registered):
     np.testing.assert_array_equal(y, [-1, 3])
 
 
+def test_a_kernel_reads_the_runs_intra_op_threads(registered):
+    """dynashape.threads.intra_op_threads(): the session's intra_op_num_threads during its
+    runs, 1 without one and outside a run (the compiled kernels split work by it)."""
+    from dynashape.threads import intra_op_threads
+    seen = []
+    lib = OpLibrary()
+
+    @lib.kernel("Relu", priority=20)
+    def _relu(inputs, outputs, ctx):
+        seen.append(intra_op_threads())
+        np.maximum(inputs[0], 0, out=outputs[0])
+
+    registered(lib, "threads-probe")
+    x = {"x": np.array([-2, 3], np.float32)}
+    so = dynashape.SessionOptions()
+    so.intra_op_num_threads = 3
+    (y,) = dynashape.InferenceSession(_one_node_model("Relu"), so).run(None, x)
+    dynashape.InferenceSession(_one_node_model("Relu")).run(None, x)
+    np.testing.assert_array_equal(y, [0, 3])
+    assert seen == [3, 1] and intra_op_threads() == 1
+
+
 def test_builtin_kernel_is_back_after_unregistering_the_override():
     (y,) = dynashape.InferenceSession(_one_node_model("Relu")).run(None, {"x": np.array([-2, 3], np.float32)})
     np.testing.assert_array_equal(y, [0, 3])
