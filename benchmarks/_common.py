@@ -80,15 +80,22 @@ def make_feeds(model_path, shape: str | dict = "small") -> dict:
 
 # --------------------------------------------------------------------------- engines
 def dynashape_session(model, allocator: str = "pool", optimize: bool = True):
+    """dynashape with ``--threads N`` intra-op threads (BLAS and the compiled kernels) when N > 1;
+    with one, BLAS is single-threaded by _env and the session sets nothing."""
     import dynashape
-    return dynashape.InferenceSession(model, allocator=allocator, optimize=optimize)
+    so = None
+    if _env.THREADS > 1:
+        so = dynashape.SessionOptions()
+        so.intra_op_num_threads = _env.THREADS
+    return dynashape.InferenceSession(model, so, allocator=allocator, optimize=optimize)
 
 
 def ort_session(model):
-    """ONNX Runtime, CPU, one intra-op and one inter-op thread. model: path or ModelProto."""
+    """ONNX Runtime, CPU, ``--threads N`` intra-op threads (default 1) and one inter-op thread.
+    model: path or ModelProto."""
     import onnxruntime as ort
     so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
+    so.intra_op_num_threads = _env.THREADS
     so.inter_op_num_threads = 1
     so.log_severity_level = 3
     if not isinstance(model, (str, bytes, Path)):
@@ -149,7 +156,7 @@ def header(title: str) -> None:
     print(f"== {title}")
     print(f"   {time.strftime('%Y-%m-%d %H:%M:%S')}  python {platform.python_version()}  numpy {np.__version__}  "
           f"onnx {onnx.__version__}  onnxruntime {onnxruntime.__version__}  dynashape {dynashape.__version__}")
-    print(f"   cpus {os.cpu_count()}  loadavg {' '.join(load)}  ORT threads intra=1 inter=1")
+    print(f"   cpus {os.cpu_count()}  loadavg {' '.join(load)}  threads: intra-op {_env.THREADS} (both engines), inter-op 1")
     print(f"   env: {_env.summary()}")
     print(f"   BLAS: {blas_info()}")
     print()

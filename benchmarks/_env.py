@@ -4,8 +4,9 @@ Each script imports this module first (``import _env`` before ``import _common``
 imports numpy; ``_common`` imports it too). It
   * removes OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE from os.environ: this machine may set them
     for old OpenBLAS builds, and with them numpy's MatMul runs ~1.5x slower;
-  * sets OPENBLAS_NUM_THREADS=1 and OMP_NUM_THREADS=1 (single-threaded BLAS, like ONNX Runtime
-    with one intra-op thread).
+  * sets OPENBLAS_NUM_THREADS and OMP_NUM_THREADS to the script's ``--threads N`` (read off
+    sys.argv here, since OpenBLAS sizes its pool when numpy loads; default 1: single-threaded
+    BLAS, like ONNX Runtime with one intra-op thread).
 OpenBLAS reads these when it is loaded, so importing this after numpy is too late: TOO_LATE
 says so and the header prints it. Subprocesses inherit the cleaned environment.
 """
@@ -15,7 +16,21 @@ import os
 import sys
 
 DROPPED_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
-THREAD_VARS = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+
+
+def _threads_argument(argv: list) -> int:
+    """The value of ``--threads N`` / ``--threads=N`` in argv, else 1."""
+    for i, arg in enumerate(argv):
+        value = arg.split("=", 1)[1] if arg.startswith("--threads=") else \
+            argv[i + 1] if arg == "--threads" and i + 1 < len(argv) else None
+        if value is not None and value.isdigit() and int(value) >= 1:
+            return int(value)
+    return 1
+
+
+#: intra-op threads of both engines in this benchmark process (``--threads N``)
+THREADS = _threads_argument(sys.argv)
+THREAD_VARS = {"OPENBLAS_NUM_THREADS": str(THREADS), "OMP_NUM_THREADS": str(THREADS)}
 
 #: the variables removed from this process's environment, with the values they had
 REMOVED = {k: os.environ.pop(k) for k in DROPPED_VARS if k in os.environ}

@@ -4,21 +4,24 @@ What is measured, per model (zoo.json, group "ort-optimized" skipped) and named 
 (small, odd, large as listed):
   * dynashape: median ms of sess.run(None, feeds) on one InferenceSession(path, allocator="pool")
     shared by all shapes of the model (so the plan for the shape is cached after the warm-up);
-  * ONNX Runtime: median ms, CPUExecutionProvider, intra_op_num_threads=1, inter_op_num_threads=1;
+  * ONNX Runtime: median ms, CPUExecutionProvider, intra_op_num_threads=1 (``--threads N``: N for
+    both engines: BLAS, onnxruntime's pool, dynashape's compiled kernels), inter_op_num_threads=1;
   * ratio dynashape / ORT, and the max |difference| between their outputs;
   * steps: the run-time steps of the model's own graph -> after the graph rewrites
     (fusions, docs/REWRITES.md); ``--no-optimize`` times the model with rewrites off.
-BLAS runs single-threaded (benchmarks/_env.py). Each cell gets one warm-up
+BLAS runs single-threaded unless ``--threads`` (benchmarks/_env.py). Each cell gets one warm-up
 run, then timed runs (time.perf_counter) until they add up to ~0.3 s, at least 3 and at most 50.
 The end of the output lists each model's dynashape/ORT ratio at its large shape and whether
-the worst is under 20x, then the geometric mean of the ratios at the small shapes and the
-worst transformer (bert, gpt2, vit, whisper) at the small and at the large shapes.
+the worst is under 20x, then the geometric mean of the ratios at the small and at the large
+shapes and the worst transformer (bert, gpt2, vit, whisper) at the small and at the large shapes.
 
 Run from the repository root:
     python benchmarks/zoo.py                     # every model
     python benchmarks/zoo.py --models bert,gpt2  # keys containing any of these substrings
     python benchmarks/zoo.py --quick             # ~0.1 s per cell, 1-20 runs
     python benchmarks/zoo.py --no-optimize       # graph rewrites off
+    python benchmarks/zoo.py --threads 2         # two intra-op threads on both sides
+    DYNASHAPE_FAST=0 python benchmarks/zoo.py    # the numpy kernels only (no compiled ones)
 """
 from __future__ import annotations
 
@@ -43,6 +46,8 @@ def parse_args(argv=None):
     ap.add_argument("--models", default="", help="comma-separated substrings of zoo keys to keep")
     ap.add_argument("--quick", action="store_true", help="shorter timing (target 0.1 s, 1..20 runs)")
     ap.add_argument("--no-optimize", action="store_true", help="sessions with the graph rewrites off")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="intra-op threads of both engines (BLAS and dynashape's compiled kernels; default 1)")
     return ap.parse_args(argv)
 
 
@@ -159,10 +164,11 @@ def summary(rows: list[dict]) -> None:
               f"{verdict} {RATIO_TARGET:g}x")
     if failed:
         print(f"not measured at the large shape (dynashape failed): {', '.join(failed)}")
-    small = [r["ratio"] for r in rows if r["shape"] == "small" and r.get("ratio")]
-    if small:
-        geo = math.exp(sum(math.log(x) for x in small) / len(small))
-        print(f"geometric mean of the small-shape ratios over {len(small)} models: {geo:.2f}x")
+    for shape in ("small", "large"):
+        ratios = [r["ratio"] for r in rows if r["shape"] == shape and r.get("ratio")]
+        if ratios:
+            geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+            print(f"geometric mean of the {shape}-shape ratios over {len(ratios)} models: {geo:.2f}x")
     for shape in ("small", "large"):
         tf = [r for r in rows if r["shape"] == shape and r.get("ratio") and any(t in r["model"] for t in TRANSFORMERS)]
         if tf:
@@ -177,7 +183,7 @@ def summary(rows: list[dict]) -> None:
 def main(argv=None) -> int:
     args = parse_args(argv)
     C.require_zoo()
-    C.header("zoo benchmark: dynashape (allocator=pool) vs ONNX Runtime (CPU, 1 thread)"
+    C.header(f"zoo benchmark: dynashape (allocator=pool) vs ONNX Runtime (CPU, {args.threads} thread(s))"
              + (" [--quick]" if args.quick else "") + (" [--no-optimize]" if args.no_optimize else ""))
     timing = timing_params(args.quick)
     catalog = C.zoo_catalog()
