@@ -442,22 +442,44 @@ def _conv_prepare(ctx) -> _ConvPlan:
                      block)
 
 
+#: output bytes one pass of the numpy depthwise Conv covers: a block of channels of one image,
+#: so its output and per-tap products stay in the L2 cache from one tap to the next
+_DEPTHWISE_BLOCK_BYTES = 256 << 10
+
+
 def _conv_depthwise(x, w, res, p: _ConvPlan, tmp: np.ndarray):
-    """Depthwise conv as one multiply-add per kernel tap over the whole output (``tmp``: a
-    scratch buffer of the output's shape)."""
+    """Depthwise conv as one multiply-add per kernel tap (``tmp``: a scratch buffer of the
+    output's shape), over blocks of channels of one image at a time when the output is
+    larger than _DEPTHWISE_BLOCK_BYTES (each tap pass then stays in cache)."""
     wt = np.ascontiguousarray(w.reshape(p.w_shape[2], p.w_shape[0]).T).reshape(p.w_shape)
     taps = p.bands[0].taps
     if not taps:
         res.fill(0)
         return
+    n, c = res.shape[:2]
+    plane = math.prod(res.shape[2:]) * res.itemsize
+    if n * c * plane <= _DEPTHWISE_BLOCK_BYTES:
+        _depthwise_taps(x, wt, res, tmp, taps)
+        return
+    per = max(1, _DEPTHWISE_BLOCK_BYTES // max(plane, 1))
+    for i in range(n):
+        for c0 in range(0, c, per):
+            block = (slice(i, i + 1), slice(c0, c0 + per))
+            _depthwise_taps(x[block], wt[:, :, c0:c0 + per], res[block], tmp[block], taps)
+
+
+def _depthwise_taps(x, wt, res, tmp, taps) -> None:
+    """res = sum over taps of x[src] * wt[t] into res[dst] (x, res, tmp: (N, C, ...) views of
+    the same channels; wt: (K, 1, C, 1...))."""
     (t0, *dst0), src0 = taps[0]
     dst0 = tuple(dst0)
     if all(s.start == 0 and s.stop == o for s, o in zip(dst0[2:], res.shape[2:])):
         np.multiply(x[src0], wt[t0], out=res)
-        taps = taps[1:]
+        rest = taps[1:]
     else:
         res.fill(0)
-    for (t, *dst), src in taps:
+        rest = taps
+    for (t, *dst), src in rest:
         dst = tuple(dst)
         part = tmp[dst]
         np.multiply(x[src], wt[t], out=part)

@@ -1,6 +1,7 @@
 """Conv and FusedConv (2-D) as direct compiled loops where they beat im2col + BLAS.
 
-* **Depthwise** (one filter per channel): ``depthwise_conv2d``, the "taps" loop order.
+* **Depthwise** (one filter per channel): ``depthwise_direct`` over the padded, phase-split
+  input (below), three taps per pass along each output row.
 * **Direct** (any group, a short reduction: C/group x KH x KW <= ``DIRECT_MAX_DEPTH``, the
   first layers of image models, where im2col + BLAS spends its time copying a 27-deep
   column matrix): the input is padded and split into its stride phases once
@@ -38,72 +39,45 @@ _M_BLOCK = 4
 COLUMNS_MIN_PIXELS = 256
 
 
-@njit(**JIT)
-def depthwise_conv2d(x, w, bias, y, sh, sw, dh, dw, ph, pw, has_bias, relu):
-    """Depthwise Conv (one filter per channel) of x (N, C, H, W) into y (N, C, OH, OW), the
-    "taps" loop order: each output row accumulates one kernel tap at a time along its width
-    (a vectorised inner loop when the stride is 1); ``relu`` applies max(y, 0) after."""
-    n_, c_, h_, w_ = x.shape
-    kh_, kw_ = w.shape[2], w.shape[3]
-    oh_, ow_ = y.shape[2], y.shape[3]
-    for n in range(n_):
-        for c in range(c_):
-            b = bias[c] if has_bias else 0.0   # (never derived from y: its bytes are garbage)
-            for oh in range(oh_):
-                row = y[n, c, oh]
-                for ow in range(ow_):
-                    row[ow] = b
-                for kh in range(kh_):
-                    ih = oh * sh - ph + kh * dh
-                    if ih < 0 or ih >= h_:
-                        continue
-                    src = x[n, c, ih]
-                    for kw in range(kw_):
-                        off = kw * dw - pw
-                        d0, s0, cnt = tap_span(off, sw, w_, ow_)
-                        wv = w[c, 0, kh, kw]
-                        if sw == 1:   # unit stride: the loop LLVM vectorises
-                            for j in range(cnt):
-                                row[d0 + j] += wv * src[s0 + j]
-                        else:
-                            for j in range(cnt):
-                                row[d0 + j] += wv * src[s0 + j * sw]
-                if relu:
-                    for ow in range(ow_):
-                        v = row[ow]
-                        row[ow] = v if not v < 0 else 0.0
+@njit(inline="always", **JIT)
+def _pad_plane(src, dst, ph, pw, s_, wq):
+    """dst (Hp, S x Wq) = the plane src (H, W) padded with zeros (ph rows on top, pw columns
+    on the left, the rest at the bottom / right), each row split into its S column phases:
+    ``dst[i, p * wq + j] = src[i - ph, j * S + p - pw]`` (0 outside src)."""
+    h_, w_ = src.shape
+    for i in range(dst.shape[0]):
+        ih = i - ph
+        for p in range(s_):
+            row = dst[i, p * wq:(p + 1) * wq]
+            # the j whose column j * S + p - pw lies in src
+            j0, src0, count = tap_span(p - pw, s_, w_, wq)
+            j0 = max(min(j0, wq), 0)
+            if ih < 0 or ih >= h_:
+                count = 0
+            for j in range(j0):
+                row[j] = 0.0
+            if count:
+                line = src[max(ih, 0)]
+                if s_ == 1:
+                    for j in range(count):
+                        row[j0 + j] = line[src0 + j]
+                else:
+                    for j in range(count):
+                        row[j0 + j] = line[src0 + j * s_]
+            for j in range(j0 + count, wq):
+                row[j] = 0.0
 
 
 @threaded(JIT)
 def pad_phases(x, xq, ph, pw):
-    """xq (N, C, Hp, S, Wq) = x (N, C, H, W) padded with zeros (ph rows on top, pw columns on
-    the left; the rest at the bottom / right) and split into its S column phases:
-    ``xq[n, c, i, p, j] = x[n, c, i - ph, j * S + p - pw]`` (0 outside x)."""
-    n_, c_, h_, w_ = x.shape
+    """xq (N, C, Hp, S, Wq) = x (N, C, H, W) padded and split into its S column phases (see
+    ``_pad_plane``)."""
+    n_, c_ = x.shape[0], x.shape[1]
     hp, s_, wq = xq.shape[2], xq.shape[3], xq.shape[4]
+    rows = xq.reshape(n_, c_, hp, s_ * wq)
     for nc in prange(n_ * c_):
         n, c = nc // c_, nc % c_
-        for i in range(hp):
-            ih = i - ph
-            for p in range(s_):
-                row = xq[n, c, i, p]
-                # the j whose column j * S + p - pw lies in x: tap_span of offset p - pw
-                j0, src0, count = tap_span(p - pw, s_, w_, wq)
-                j0 = min(j0, wq)
-                if ih < 0 or ih >= h_:
-                    count = 0
-                for j in range(j0):
-                    row[j] = 0.0
-                if count:
-                    src = x[n, c, ih]
-                    if s_ == 1:
-                        for j in range(count):
-                            row[j0 + j] = src[src0 + j]
-                    else:
-                        for j in range(count):
-                            row[j0 + j] = src[src0 + j * s_]
-                for j in range(j0 + count, wq):
-                    row[j] = 0.0
+        _pad_plane(x[n, c], rows[n, c], ph, pw, s_, wq)
 
 
 @njit(inline="always", **FMA_JIT)
@@ -136,6 +110,57 @@ def _tap1(r0, r1, r2, r3, u, ou, a0, a1, a2, a3):
 
 
 @njit(inline="always", **FMA_JIT)
+def _row_taps3(r, u, ou, ov, ot, a, b, c):
+    """r[j] = r[j] + a u[j + ou] + b u[j + ov] + c u[j + ot]: three taps of one output row."""
+    ou, ov, ot = max(ou, 0), max(ov, 0), max(ot, 0)
+    for j in range(r.shape[0]):
+        r[j] = r[j] + a * u[j + ou] + b * u[j + ov] + c * u[j + ot]
+
+
+@njit(inline="always", **FMA_JIT)
+def _row_tap1(r, u, ou, a):
+    ou = max(ou, 0)
+    for j in range(r.shape[0]):
+        r[j] = r[j] + a * u[j + ou]
+
+
+@threaded(FMA_JIT)
+def depthwise_direct(x, w, bias, y, sh, s_, dh, dw, ph, pw, hp, wq, has_bias, relu):
+    """Depthwise Conv (one filter per channel) of x (N, C, H, W) with w (C, 1, KH, KW) into
+    y (N, C, OH, OW); strides (sh, s_), dilations (dh, dw), pads (ph, pw) on top / left.
+    Each plane is padded and split into its column phases (``_pad_plane``: hp rows of S x
+    wq, in cache), then each output row sums its taps three at a time along the row (one
+    chain per element, taps in (kh, kw) order), then ``bias`` and max(., 0) (``relu``)."""
+    n_, c_ = x.shape[0], x.shape[1]
+    kh_, kw_ = w.shape[2], w.shape[3]
+    oh_, ow_ = y.shape[2], y.shape[3]
+    for nc in prange(n_ * c_):
+        n, c = nc // c_, nc % c_
+        plane = np.empty((hp, s_ * wq), y.dtype)
+        _pad_plane(x[n, c], plane, ph, pw, s_, wq)
+        b = bias[c] if has_bias else 0.0
+        for oh in range(oh_):
+            r = y[n, c, oh]
+            for j in range(ow_):
+                r[j] = 0.0
+            for kh in range(kh_):
+                u = plane[oh * sh + kh * dh]
+                wr = w[c, 0, kh]
+                kw = 0
+                while kw + 3 <= kw_:
+                    _row_taps3(r, u, _at(kw * dw, s_, wq), _at((kw + 1) * dw, s_, wq), _at((kw + 2) * dw, s_, wq),
+                               wr[kw], wr[kw + 1], wr[kw + 2])
+                    kw += 3
+                while kw < kw_:
+                    _row_tap1(r, u, _at(kw * dw, s_, wq), wr[kw])
+                    kw += 1
+            if has_bias or relu:
+                for j in range(ow_):
+                    v = r[j] + b
+                    r[j] = (v if not v < 0 else 0.0) if relu else v
+
+
+@njit(inline="always", **FMA_JIT)
 def _at(col, s_, wq):
     """Where padded column ``col + j * s_`` sits in a phase-split row (S phases of wq): its
     phase's start plus ``col // s_``."""
@@ -157,15 +182,15 @@ def _end_chain(y0, y1, y2, y3, r0, r1, r2, r3, first):
 
 
 @threaded(FMA_JIT)
-def conv2d_direct(xq, w, bias, y, group, sh, dh, dw, block, has_bias, relu):
-    """Conv of xq (N, C, Hp, S, Wq: the input padded and split into its S column phases,
-    see ``pad_phases``) with w (M, C/group, KH, KW; M/group a multiple of 4) into y (N, M,
-    OH, OW); strides (sh, S), dilations (dh, dw). Four output channels at a time, one row
-    at a time: each output element sums its taps in (c, kh, kw) order, one fused
-    multiply-add chain per ``block`` taps, the chains added in order, then ``bias`` (when
-    ``has_bias``) and max(., 0) (when ``relu``)."""
-    n_, s_, wq = xq.shape[0], xq.shape[3], xq.shape[4]
-    rows = xq.reshape(n_, xq.shape[1], xq.shape[2], s_ * wq)   # each padded row: its S phases, flat
+def conv2d_direct(x, w, bias, y, group, sh, s_, dh, dw, ph, pw, hp, wq, block, has_bias, relu):
+    """Conv of x (N, C, H, W) with w (M, C/group, KH, KW; M/group a multiple of 4) into y
+    (N, M, OH, OW); strides (sh, s_), dilations (dh, dw), pads (ph, pw) on top / left. Four
+    output channels at a time: their group's input planes are padded and split into their
+    column phases (``_pad_plane``: hp rows of S x wq, in cache), then one output row at a
+    time each output element sums its taps in (c, kh, kw) order, one fused multiply-add
+    chain per ``block`` taps, the chains added in order, then ``bias`` (when ``has_bias``)
+    and max(., 0) (when ``relu``)."""
+    n_ = x.shape[0]
     m_, cg, kh_, kw_ = w.shape
     oh_, ow_ = y.shape[2], y.shape[3]
     mg = m_ // group
@@ -175,6 +200,9 @@ def conv2d_direct(xq, w, bias, y, group, sh, dh, dw, block, has_bias, relu):
         g = rest // blocks
         m = g * mg + (rest % blocks) * 4
         c0 = g * cg
+        planes = np.empty((cg, hp, s_ * wq), y.dtype)
+        for ci in range(cg):
+            _pad_plane(x[n, c0 + ci], planes[ci], ph, pw, s_, wq)
         acc = np.zeros((4, ow_), y.dtype)   # the chain being summed (kept zero between chains)
         r0, r1, r2, r3 = acc[0], acc[1], acc[2], acc[3]
         for oh in range(oh_):
@@ -183,7 +211,7 @@ def conv2d_direct(xq, w, bias, y, group, sh, dh, dw, block, has_bias, relu):
             first = True
             for ci in range(cg):
                 for kh in range(kh_):
-                    xrow = rows[n, c0 + ci, oh * sh + kh * dh]
+                    xrow = planes[ci, oh * sh + kh * dh]
                     w0, w1, w2, w3 = w[m, ci, kh], w[m + 1, ci, kh], w[m + 2, ci, kh], w[m + 3, ci, kh]
                     kw = 0
                     while kw < kw_:
@@ -241,35 +269,37 @@ def bias_relu_planes(y, bias, has_bias, relu):
 
 
 class _LoopPlan(NamedTuple):
-    """What the direct and the per-image im2col paths need."""
-    mode: str                # "direct" or "columns" (per-image im2col + BLAS)
+    """What the depthwise, direct and per-image im2col paths need."""
+    mode: str                # "depthwise", "direct" or "columns" (per-image im2col + BLAS)
     strides: tuple           # (sh, sw)
     dilations: tuple         # (dh, dw)
     pads: tuple              # (ph, pw): top and left
     kernel: tuple            # (kh, kw)
     block: int               # the chain length of the reduction (nn._reduction_block)
-    padded: tuple            # pad_phases' buffer: (N, C, Hp, S, Wq) direct, (1, C, Hp, S, Wq) columns
+    padded: tuple            # the padded, phase-split input (images, C, Hp, S, Wq): one image for columns
     depth: int               # C/group x KH x KW
 
 
 class _ConvPlan(NamedTuple):
     numpy: object            # the numpy kernel's plan (nn._ConvPlan; its temporaries are not
                              # planned with the direct loop's: np.empty if it ever runs)
-    depthwise: tuple | None  # (sh, sw, dh, dw, ph, pw) when the depthwise loop applies
-    loop: _LoopPlan | None   # when the direct or the per-image im2col path applies
+    loop: _LoopPlan | None   # when the depthwise, direct or per-image im2col path applies
     epilogue: str            # see epilogue_code ("" for a plain Conv)
     numpy_epilogue: object   # the numpy epilogue (fusions.Epilogue) of a FusedConv, or None
 
 
 def _loop_plan(ctx) -> _LoopPlan | None:
-    """The direct loop's plan (a reduction of at most DIRECT_MAX_DEPTH terms, M/group a
-    multiple of 4) or the per-image im2col's (at least COLUMNS_MIN_PIXELS output pixels per
-    image), for a 2-D Conv that is neither pointwise nor depthwise, with explicit pads."""
+    """For a 2-D Conv with explicit pads that is not pointwise: the depthwise loop's plan
+    (one filter per channel), the direct loop's (a reduction of at most DIRECT_MAX_DEPTH
+    terms, M/group a multiple of 4) or the per-image im2col's (at least COLUMNS_MIN_PIXELS
+    output pixels per image)."""
     group, geom, out, (n, c, m, k), cdtype, mode = nn._conv_setup(ctx)
-    if mode != "im2col" or len(out) != 2 or geom.pads_begin is None or not all(out):
+    if mode not in ("im2col", "depthwise") or len(out) != 2 or geom.pads_begin is None or not all(out):
         return None
     depth = (c // group) * k
-    if depth <= DIRECT_MAX_DEPTH and (m // group) % _M_BLOCK == 0:
+    if mode == "depthwise":
+        kind = "depthwise"
+    elif depth <= DIRECT_MAX_DEPTH and (m // group) % _M_BLOCK == 0:
         kind = "direct"
     elif out[0] * out[1] >= COLUMNS_MIN_PIXELS:
         kind = "columns"
@@ -277,47 +307,48 @@ def _loop_plan(ctx) -> _LoopPlan | None:
         return None
     (sh, sw), (dh, dw) = (tuple(int(v) for v in geom.strides), tuple(int(v) for v in geom.dilations))
     kh, kw = (int(v) for v in geom.kernel)
-    images = n if kind == "direct" else 1
+    images = 1 if kind == "columns" else n
     padded = (images, c, (out[0] - 1) * sh + (kh - 1) * dh + 1, sw, out[1] + ((kw - 1) * dw) // sw)
     return _LoopPlan(kind, (sh, sw), (dh, dw), tuple(int(v) for v in geom.pads_begin), (kh, kw),
                      nn._reduction_block(math.prod(out), depth), padded, depth)
 
 
 def _conv_scratch(ctx) -> list:
-    """The direct loop's padded input; the per-image im2col's padded image, columns and (for
-    a reduction longer than one block) partial products; else the numpy kernel's."""
+    """The per-image im2col's padded image, columns and (for a reduction longer than one
+    block) partial products; none for the depthwise and direct loops (each pads its planes
+    in a buffer of its own); else the numpy kernel's."""
     loop = _loop_plan(ctx)
     if loop is None:
         return nn._conv_scratch(ctx)
+    if loop.mode != "columns":
+        return []
     cdtype = nn._conv_setup(ctx)[4]
     buffers = [((math.prod(loop.padded),), cdtype)]
-    if loop.mode == "columns":
-        x, w = ctx.shape(0), ctx.shape(1)
-        pixels = math.prod(nn._conv_setup(ctx)[2])
-        buffers.append(((x[1] * loop.kernel[0] * loop.kernel[1] * pixels,), cdtype))
-        if loop.depth > loop.block:
-            buffers.append(((w[0] * pixels,), cdtype))
+    x, w = ctx.shape(0), ctx.shape(1)
+    pixels = math.prod(nn._conv_setup(ctx)[2])
+    buffers.append(((x[1] * loop.kernel[0] * loop.kernel[1] * pixels,), cdtype))
+    if loop.depth > loop.block:
+        buffers.append(((w[0] * pixels,), cdtype))
     return buffers
 
 
 def _conv_prepare(ctx) -> _ConvPlan:
-    group, geom, out, (n, c, m, k), cdtype, mode = nn._conv_setup(ctx)
-    depthwise = None
-    if mode == "depthwise" and len(out) == 2 and geom.pads_begin is not None:
-        depthwise = tuple(int(v) for v in (*geom.strides, *geom.dilations, *geom.pads_begin))
-    return _ConvPlan(nn._conv_prepare(ctx), depthwise, _loop_plan(ctx), epilogue_code(ctx), fusions.epilogue(ctx))
+    return _ConvPlan(nn._conv_prepare(ctx), _loop_plan(ctx), epilogue_code(ctx), fusions.epilogue(ctx))
 
 
-def _run_direct(x, w, bias, y, outputs, p: _ConvPlan) -> None:
+def _run_direct(x, w, bias, y, p: _ConvPlan) -> None:
+    """The depthwise or the direct loop (each pads its input planes itself)."""
     d = p.loop
-    xq = nn._scratch(outputs, 1, math.prod(d.padded), y.dtype).reshape(d.padded)
-    pad_phases(x, xq, *d.pads)
     b = EMPTY[y.dtype] if bias is None else np.ascontiguousarray(bias)
-    conv2d_direct(xq, w, b, y, x.shape[1] // w.shape[1], d.strides[0], *d.dilations, d.block,
-                  bias is not None, p.epilogue == "relu")
+    geometry = (*d.strides, *d.dilations, *d.pads, d.padded[2], d.padded[4])
+    if d.mode == "depthwise":
+        depthwise_direct(x, w, b, y, *geometry, bias is not None, p.epilogue == "relu")
+    else:
+        conv2d_direct(x, w, b, y, x.shape[1] // w.shape[1], *geometry, d.block, bias is not None,
+                      p.epilogue == "relu")
 
 
-def _run_columns(x, w, bias, y, outputs, p: _ConvPlan) -> None:
+def _run_columns(x, w, bias, y, p: _ConvPlan, outputs) -> None:
     """Per image: pad, im2col (compiled, contiguous runs), one blocked matmul per group into
     the image's own output (M, OH x OW: no transposing copy), bias and Relu in one pass."""
     d = p.loop
@@ -341,17 +372,16 @@ def _run_columns(x, w, bias, y, outputs, p: _ConvPlan) -> None:
 
 
 def _conv(inputs, outputs, p: _ConvPlan) -> None:
-    """The depthwise or direct loop where one applies (bias and Relu in it), else the numpy
-    kernel (im2col + BLAS in MLAS's blocks); then a FusedConv's other activations."""
+    """A compiled path where one applies (bias and Relu in it), else the numpy kernel
+    (im2col + BLAS in MLAS's blocks); then a FusedConv's other activations."""
     x, w, y = inputs[0], inputs[1], outputs[0]
     bias = inputs[2] if len(inputs) > 2 else None
-    looped = p.depthwise is not None or p.loop is not None
-    if looped and x.dtype == y.dtype == w.dtype and (bias is None or bias.dtype == y.dtype) and contiguous(x, w, y):
-        if p.loop is not None:
-            (_run_direct if p.loop.mode == "direct" else _run_columns)(x, w, bias, y, outputs, p)
+    if (p.loop is not None and x.dtype == y.dtype == w.dtype and (bias is None or bias.dtype == y.dtype)
+            and contiguous(x, w, y)):
+        if p.loop.mode == "columns":
+            _run_columns(x, w, bias, y, p, outputs)
         else:
-            b = EMPTY[y.dtype] if bias is None else np.ascontiguousarray(bias)
-            depthwise_conv2d(x, w, b, y, *p.depthwise, bias is not None, p.epilogue == "relu")
+            _run_direct(x, w, bias, y, p)
         if p.epilogue not in ("", "relu"):
             bias_and_activation(y, None, p.epilogue, p.numpy_epilogue)
         return

@@ -117,6 +117,25 @@ def test_conv_banded_im2col(monkeypatch):
         check("Conv", inputs, attrs)
 
 
+def test_numpy_depthwise_conv_in_channel_blocks(monkeypatch):
+    """The numpy depthwise kernel over blocks of channels of one image (here 2 channels per
+    block, the last one short) equals onnxruntime, through changing shapes on one session."""
+    from dynashape.ops_builtin import nn
+    monkeypatch.setattr(nn, "_DEPTHWISE_BLOCK_BYTES", 2 * 9 * 10 * 4)
+    w, b = rand(5, 1, 3, 3), rand(5)
+    m, _ = _model("Conv", [rand(2, 5, 9, 10), w, b], {"group": 5, "pads": [1, 0, 1, 2]}, 17, 1)
+    x_dims = m.graph.input[0].type.tensor_type.shape.dim
+    for d, name in zip(x_dims, ("n", "c", "h", "w")):
+        if name != "c":
+            d.dim_param = name
+    data = m.SerializeToString()
+    sess = dynashape.InferenceSession(data, compiled_kernels=False)
+    ref = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    for shape in ((2, 5, 9, 10), (3, 5, 4, 7), (1, 5, 9, 10)):
+        feeds = {"i0": rand(*shape), "i1": w, "i2": b}
+        np.testing.assert_allclose(sess.run(None, feeds)[0], ref.run(None, feeds)[0], rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("pixels,depth,block", [
     (256, 288, 128), (4096, 147, 128), (64, 288, 256), (32, 100, 512), (16, 576, 1024),
     (4, 1152, 1024), (300, 300, 128), (8, 64, 1024)])
