@@ -190,6 +190,7 @@ def load_entry_points() -> dict[str, str]:
             plugin = ep.load()
             pm.register(plugin, name=ep.name)
             pm.check_pending()
+            _require_hooks(pm, plugin, ep.name)
         except Exception as exc:  # a broken plugin is reported, never fatal
             if pm.has_plugin(ep.name):
                 pm.unregister(name=ep.name)
@@ -209,19 +210,31 @@ def register_plugin(plugin: Any, name: Optional[str] = None) -> str:
     """Register a plugin object/module at run time; returns its name. Rebuilds the registry lazily.
 
     Raises:
-        PluginError: a hook is misspelled (``check_pending``) or the name is taken.
+        PluginError: a hook is misspelled (``check_pending``), the object implements no
+            dynashape hook, or the name is taken.
     """
     pm = plugin_manager()
     with _lock:
         try:
             registered = pm.register(plugin, name=name)
             pm.check_pending()
+            _require_hooks(pm, plugin, name or registered or repr(plugin))
         except Exception as exc:
             if name and pm.has_plugin(name):
                 pm.unregister(name=name)
             raise PluginError(f"plugin '{name or plugin}' could not be registered: {exc}") from exc
         _invalidate()
         return registered or name or ""
+
+
+def _require_hooks(pm: pluggy.PluginManager, plugin: Any, name: str) -> None:
+    """Unregister ``plugin`` and raise PluginError when it implements no dynashape hook (an
+    object without ``@hookimpl`` functions registers nothing, silently, in pluggy)."""
+    if not pm.get_hookcallers(plugin):
+        pm.unregister(plugin)
+        hooks = ", ".join(sorted(n for n in dir(hookspecs) if n.startswith("dynashape_")))
+        raise PluginError(f"plugin '{name}' implements no dynashape hook: decorate functions named "
+                          f"{hooks} with dynashape.hookimpl (or use OpLibrary.plugin())")
 
 
 def unregister_plugin(name: str) -> None:

@@ -1,4 +1,4 @@
-"""The ``dynashape`` command line: ``demo``, ``run``, ``inspect``, ``plan``, ``ops``, ``bench``, ``profile``.
+"""The ``dynashape`` command line: ``demo``, ``run``, ``inspect``, ``plan``, ``ops``, ``plugins``, ``bench``, ``profile``.
 
     dynashape demo
     dynashape run model.onnx --dim batch=4 --shape x=4x3x32x32 --compare-ort
@@ -21,7 +21,7 @@ def main() -> None:
     """dynashape: an ONNX runtime for dynamic shapes."""
 
 
-from . import bench, demo, describe, ops, profile, run  # noqa: E402,F401  (registers the subcommands)
+from . import bench, demo, describe, ops, plugins, profile, run  # noqa: E402,F401  (registers the subcommands)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

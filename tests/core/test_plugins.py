@@ -143,6 +143,7 @@ def test_broken_entry_point_is_reported_and_skipped(monkeypatch):
         def load(self):
             raise ImportError("No module named 'nowhere'")
 
+    monkeypatch.setattr(registry, "_load_errors", {})   # (restored after: the next tests see none)
     monkeypatch.setattr(registry.metadata, "entry_points", lambda group: [BrokenEP()])
     with pytest.warns(RuntimeWarning, match="plugin 'broken'.*skipped"):
         errors = registry.load_entry_points()
@@ -155,3 +156,93 @@ def test_builtin_ops_come_through_the_same_hooks():
     assert pm.has_plugin("dynashape.ops_builtin")
     names = {impl.plugin_name for impl in pm.hook.dynashape_register_ops.get_hookimpls()}
     assert "dynashape.ops_builtin" in names
+
+
+def test_an_object_without_hooks_is_not_registered_silently():
+    with pytest.raises(dynashape.PluginError, match="'no-hooks' implements no dynashape hook"):
+        dynashape.register_plugin(types.SimpleNamespace(kernels=[]), name="no-hooks")
+    assert not dynashape.registry.plugin_manager().has_plugin("no-hooks")
+
+
+def _entry_point(name: str, plugin=None, error: Exception | None = None):
+    class EP:
+        value = f"{name}_module:plugin"
+        dist = None
+
+        def load(self):
+            if error is not None:
+                raise error
+            return plugin
+    ep = EP()
+    ep.name = name
+    return ep
+
+
+def test_entry_points_with_a_typo_or_no_hooks_are_reported_by_name_and_the_good_one_loads(monkeypatch):
+    from dynashape import registry
+    typo = types.SimpleNamespace()
+
+    @hookimpl
+    def dynashape_register_kernelz():
+        return []
+    typo.dynashape_register_kernelz = dynashape_register_kernelz
+    good = OpLibrary()
+
+    @good.op("Twice", since_version=1, domain="com.example.ep", infer_dtype=same_dtype(0))
+    def _shape(ctx):
+        return [ctx.shape(0)]
+
+    @good.kernel("Twice", domain="com.example.ep")
+    def _twice(inputs, outputs, ctx):
+        np.add(inputs[0], inputs[0], out=outputs[0])
+
+    eps = [_entry_point("ep-typo", typo), _entry_point("ep-empty", types.SimpleNamespace()),
+           _entry_point("ep-good", good.plugin())]
+    monkeypatch.setattr(registry.metadata, "entry_points", lambda group: eps)
+    monkeypatch.setattr(registry, "_load_errors", {})
+    try:
+        with pytest.warns(RuntimeWarning):
+            errors = registry.load_entry_points()
+        assert "dynashape_register_kernelz" in errors["ep-typo"]
+        assert "implements no dynashape hook" in errors["ep-empty"]
+        (y,) = dynashape.InferenceSession(_one_node_model("Twice", "com.example.ep")).run(
+            None, {"x": np.array([1, 2], np.float32)})
+        np.testing.assert_array_equal(y, [2, 4])
+    finally:
+        dynashape.unregister_plugin("ep-good")
+
+
+def test_dynashape_plugins_lists_each_plugin_and_which_kernel_wins(registered, monkeypatch):
+    import json
+
+    from click.testing import CliRunner
+
+    from dynashape import registry
+    from dynashape.cli import main
+    lib = OpLibrary()
+
+    @lib.kernel("Relu", priority=10, dtypes=[np.float32])
+    def _relu(inputs, outputs, ctx):
+        np.maximum(inputs[0], 0, out=outputs[0])
+
+    registered(lib, "relu-f32")
+    monkeypatch.setattr(registry, "_load_errors", {"ep-broken": "ImportError: No module named 'nowhere'"})
+    out = CliRunner().invoke(main, ["plugins", "--format", "json"], catch_exceptions=False).output
+    data = json.loads(out)
+    by_name = {p["name"]: p for p in data["plugins"]}
+    assert by_name["relu-f32"]["source"] == "registered at run time"
+    (mine,) = by_name["relu-f32"]["kernels"]
+    assert (mine["op"], mine["dtypes"], mine["wins"]) == ("ai.onnx::Relu", ["float32"], "yes")
+    (any_dtype,) = [k for k in by_name["dynashape.ops_builtin"]["kernels"]
+                    if k["op"] == "ai.onnx::Relu" and k["dtypes"] is None]
+    assert any_dtype["wins"] == "partly"
+    assert {"plugin": "relu-f32", "dtypes": ["float32"]} in any_dtype["ahead"]
+    assert by_name["dynashape.ops_builtin"]["distribution"] == "dynashape"
+    assert "attention_0" in by_name["dynashape.ops_builtin"]["rewrites"]
+    assert data["failed"] == [{"name": "ep-broken", "value": None, "distribution": None, "version": None,
+                               "error": "ImportError: No module named 'nowhere'"}]
+    table = CliRunner().invoke(main, ["plugins"], catch_exceptions=False).output
+    assert "relu-f32  (registered at run time: no distribution)" in table
+    assert "ai.onnx::Relu (opsets 1+; float32; priority 10) wins" in table
+    assert "ai.onnx::Relu (opsets 1+; any dtype; priority 0) wins, except where relu-f32 (float32)" in table
+    assert "ep-broken (None): ImportError: No module named 'nowhere'" in table
