@@ -20,6 +20,7 @@ __all__ = [
     "UnsupportedOperatorError",
     "PluginError",
     "KernelConflictError",
+    "PluginContractError",
     "ExecutionError",
     "MemoryPlanError",
     "PlanCheckError",
@@ -87,6 +88,12 @@ class UnsupportedOperatorError(DynashapeError, NotImplementedError):
 
 class PluginError(DynashapeError, RuntimeError):
     """A plugin registered invalid records or failed while being loaded."""
+
+
+class PluginContractError(PluginError):
+    """A plugin's op or kernel broke its contract at run time: inference returned a bare
+    shape, or a kernel returned an output of another dtype or shape than inference declared,
+    or left a planned output unwritten. The message names the plugin, op and node."""
 
 
 class KernelConflictError(PluginError):

@@ -9,6 +9,12 @@ its counters. Programs and plans are read-only, so runs on different contexts ov
 each (validation mode: an interpreter that checks every arena access), then the segment's
 binding nodes (inferred and run now), whose outputs bind the symbols the next segment's
 plan is looked up (or made) with.
+
+The first run of every plan checks the kernels of plugins other than dynashape's own
+(every kernel in validation mode) against what inference declared: each output's dtype
+and shape, and that a planned output was written at all (its buffer is poisoned before the
+kernel runs). A broken kernel raises :class:`~dynashape.errors.PluginContractError` naming
+the plugin, op, node and output.
 """
 from __future__ import annotations
 
@@ -18,13 +24,13 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .errors import DynashapeError, ExecutionError, MemoryPlanError
+from .errors import DynashapeError, ExecutionError, MemoryPlanError, PluginContractError
 from .node import run_dynamic, run_kernel
 from .plan import Plan, build_plan, step_error
 from .planner import check_no_overlap
 from .program import ARENA, FBLOCK, FRESH, Program, Segment
 
-__all__ = ["Arena", "ExecutionContext", "RunStats", "MAX_CONTINUATIONS"]
+__all__ = ["Arena", "ExecutionContext", "RunStats", "MAX_CONTINUATIONS", "TRUSTED_PLUGINS", "contract_steps"]
 
 #: Plans kept per binding point (the next segment, by the values of the symbols it binds).
 MAX_CONTINUATIONS = 32
@@ -32,6 +38,16 @@ MAX_CONTINUATIONS = 32
 MAX_BINDINGS = 16
 #: An arena that grows takes at least this many times its old capacity.
 GROWTH = 1.5
+#: The plugins shipped (and tested) with dynashape: the first run of a plan does not check
+#: their kernels' outputs (validation mode does)
+TRUSTED_PLUGINS = frozenset({"dynashape.ops_builtin", "fast"})
+
+
+def contract_steps(plan: Plan, validate: bool) -> frozenset:
+    """The positions of the steps of ``plan`` whose outputs a first run checks: every step
+    in validation mode, else those whose kernel comes from a plugin outside TRUSTED_PLUGINS."""
+    return frozenset(pos for pos, st in enumerate(plan.segment.steps)
+                     if validate or st.kernel.plugin not in TRUSTED_PLUGINS)
 
 
 class Arena:
@@ -144,8 +160,13 @@ class ExecutionContext:
             seg = plan.segment
             if seg.steps:
                 buffers = self.buffers(plan)
-                if self.validate or profiler is not None:
-                    _Interpreter(self, plan, buffers, profiler).run(v)
+                checks = plan.contract_checks
+                if checks is None:
+                    checks = plan.contract_checks = contract_steps(plan, self.validate)
+                if self.validate or profiler is not None or checks:
+                    _Interpreter(self, plan, buffers, profiler, checks).run(v)
+                    if not self.validate:
+                        plan.contract_checks = frozenset()   # checked: later runs take the generated run
                 else:
                     try:
                         seg.run(v, buffers, plan.prepared, plan.shapes)
@@ -230,6 +251,68 @@ def check_plan_memory(plan: Plan) -> None:
 
 # --- validation mode ------------------------------------------------------------------------
 
+def _poisonable(a) -> bool:
+    return isinstance(a, np.ndarray) and a.size > 0 and a.dtype.kind in "biufcmM" and a.flags.c_contiguous
+
+
+def _poison_outputs(outs: list, ins: list) -> list:
+    """Fill each output buffer that shares no memory with an input with 0xFF bytes; the
+    indices of those filled."""
+    poisoned = []
+    for k, out in enumerate(outs):
+        if _poisonable(out) and not any(isinstance(a, np.ndarray) and np.may_share_memory(out, a) for a in ins):
+            out.reshape(-1).view(np.uint8).fill(0xFF)
+            poisoned.append(k)
+    return poisoned
+
+
+def _all_bytes(a: np.ndarray, byte: int) -> bool:
+    return bool(np.all(a.reshape(-1).view(np.uint8) == byte))
+
+
+def _contract_error(st, k: int, plan: Plan, what: str) -> PluginContractError:
+    node, kernel = st.node.node, st.kernel
+    name = plan.program.slot_names[st.outputs[k]] if st.outputs[k] >= 0 else f"#{k}"
+    return PluginContractError(
+        f"the kernel of plugin '{kernel.plugin}' for {node.domain or 'ai.onnx'}::{node.op_type} (node "
+        f"'{node.name}') {what} (output {k} '{name}')")
+
+
+def _check_contract(st, plan: Plan, pos: int, ins: list, outs: list, res: list, poisoned: list) -> list:
+    """The kernel's outputs ``res`` against inference (dtype, shape) and, for outputs it got
+    a poisoned buffer for, that it wrote them: a buffer still all 0xFF bytes is poisoned
+    again with 0x00 and the kernel run once more. All 0x00 then: it was never written; all
+    0xFF: the output really is those bytes; anything else: the result depends on the
+    buffer's old bytes (the kernel read its output before writing it). Returns the outputs
+    (of the second run when there was one)."""
+    for k, spec in enumerate(st.outs):
+        if spec.kind not in (ARENA, FRESH, FBLOCK) or spec.dtype is None or k >= len(res):
+            continue
+        a = res[k]
+        want = tuple(plan.shapes[spec.sid])
+        if not isinstance(a, np.ndarray):
+            raise _contract_error(st, k, plan, f"returned {type(a).__name__}, not an array of {want} {spec.dtype}")
+        if a.dtype != spec.dtype:
+            raise _contract_error(st, k, plan, f"returned dtype {a.dtype} where its dtype inference declared "
+                                               f"{spec.dtype}")
+        if a.shape != want:
+            raise _contract_error(st, k, plan, f"returned shape {list(a.shape)} where its shape inference declared "
+                                               f"{list(want)}")
+    for k in poisoned:
+        if k < len(res) and res[k] is outs[k] and _all_bytes(outs[k], 0xFF):
+            outs[k].reshape(-1).view(np.uint8).fill(0)
+            res = run_kernel(st.node, st.kernel.compute, plan.prepared[pos], ins, outs)
+            if res[k] is not outs[k] or _all_bytes(outs[k], 0xFF):
+                continue
+            if _all_bytes(outs[k], 0):
+                raise _contract_error(st, k, plan, f"left its planned output buffer unwritten: write the result "
+                                                   f"into outputs[{k}] (np.copyto / out=) or return it")
+            raise _contract_error(st, k, plan, f"gave another result when its output buffer held other bytes: it "
+                                               f"reads outputs[{k}] before writing it (a buffer's old bytes are "
+                                               f"garbage)")
+    return res
+
+
 def _byte_bounds(a: np.ndarray) -> tuple:
     try:
         from numpy.lib.array_utils import byte_bounds
@@ -244,10 +327,12 @@ class _Interpreter:
     (0xFF) the arena at the start and every block after its last reader (a stale float
     read shows as NaN); with a profiler it records each step's time."""
 
-    def __init__(self, ctx: ExecutionContext, plan: Plan, buffers: tuple, profiler=None):
+    def __init__(self, ctx: ExecutionContext, plan: Plan, buffers: tuple, profiler=None,
+                 checks: frozenset = frozenset()):
         self.plan = plan
         self.buffers = buffers
         self.profiler = profiler
+        self.checks = checks
         self.check_arena = plan.program.allocator == "pool" and ctx.validate
         self.arena = ctx.arena(plan.segment.index) if self.check_arena else None
         blocks = plan.memory.blocks if self.check_arena else []
@@ -278,10 +363,15 @@ class _Interpreter:
                 else:
                     outs.append(None)
             ins = [v[i] if i >= 0 else None for i in st.inputs]
+            checked = pos in self.checks
+            if checked:
+                poisoned = _poison_outputs(outs, ins)
             t0 = time.perf_counter()
             res = run_kernel(st.node, st.kernel.compute, plan.prepared[pos], ins, outs)
             if self.profiler is not None:
                 self.profiler.node_event(st.node.node, st.t, t0, time.perf_counter(), ins, res)
+            if checked:
+                res = _check_contract(st, plan, pos, ins, outs, res, poisoned)
             for o, a in zip(st.outputs, res):
                 if o >= 0:
                     v[o] = a

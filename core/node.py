@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import numpy as np
 
 from .dtypes import ValueType, value_type_of
-from .errors import DynashapeError, ExecutionError
+from .errors import DynashapeError, ExecutionError, PluginContractError
 from .fpstate import quiet_floating_point
 from .graph import PreparedNode
 from .records import InferContext, KernelDef
@@ -117,7 +117,9 @@ def infer(pn: PreparedNode, ctx: InferContext) -> None:
     op = pn.opdef
     n_out = len(pn.outputs)
     try:
-        shapes = list(op.infer_shape(ctx))
+        shapes = op.infer_shape(ctx)
+        _check_shape_list(pn, shapes)
+        shapes = list(shapes)
         dtypes = list(op.infer_dtype(ctx))
     except DynashapeError:
         raise
@@ -126,6 +128,19 @@ def infer(pn: PreparedNode, ctx: InferContext) -> None:
     ctx.output_shapes = [tuple(s) if s is not None else None for s in shapes[:n_out]] + [None] * (n_out - len(shapes))
     ctx.output_dtypes = [d if d is None or isinstance(d, ValueType) else np.dtype(d)
                          for d in dtypes[:n_out]] + [None] * (n_out - len(dtypes))
+
+
+def _check_shape_list(pn: PreparedNode, shapes) -> None:
+    """infer_shape returns one shape (or None) per output: a bare shape ``(2, 3)`` or an
+    ``Expr`` in place of the list is a plugin's mistake, reported as such."""
+    items = shapes if isinstance(shapes, (list, tuple)) else None
+    if items is not None and all(s is None or hasattr(s, "__iter__") for s in items):
+        return
+    op = pn.opdef
+    raise PluginContractError(
+        f"infer_shape of {op.domain or 'ai.onnx'}::{op.op_type} (plugin '{op.plugin}') for node "
+        f"'{pn.node.name}' returned {shapes!r}: it must return a list with one shape (a tuple of dims, "
+        f"or None) per output, e.g. [ctx.shape(0)]")
 
 
 def choose_kernel(registry: Registry, pn: PreparedNode, ctx: InferContext) -> KernelDef:

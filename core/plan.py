@@ -51,7 +51,7 @@ class Plan:
 
     __slots__ = ("program", "segment", "env", "template", "values", "prepared", "shapes", "sizes", "offsets",
                  "arena_bytes", "lower_bound_bytes", "strategy", "planning_ms", "symbolic", "next", "_memory",
-                 "__weakref__")
+                 "contract_checks", "__weakref__")
 
     def __init__(self, program: Program, segment: Segment, env: dict):
         self.program = program
@@ -70,6 +70,9 @@ class Plan:
         self.symbolic = True
         self.next: dict = {}
         self._memory: Optional[MemoryPlan] = None
+        #: positions of the steps whose kernel's outputs the next run checks against inference
+        #: (see executor.contract_steps); None until the first run; () once checked
+        self.contract_checks: Optional[frozenset] = None
 
     @property
     def allocator(self) -> str:

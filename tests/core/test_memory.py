@@ -454,10 +454,14 @@ def test_validation_catches_an_undeclared_view_of_the_arena(bad_ops):
         dynashape.InferenceSession(_custom("SneakyView"), validate_memory=True).run(None, {"x": x})
 
 
-def test_validation_poisons_the_arena_so_stale_reads_show(bad_ops):
+def test_a_kernel_that_reads_its_output_before_writing_it_is_caught(bad_ops):
+    """(Its planned output is poisoned with 0xFF bytes, NaN, then with zeros: the results differ.)"""
     x = _x(4, 16)
-    (y,) = dynashape.InferenceSession(_custom("AccumulateInto"), validate_memory=True).run(None, {"x": x})
-    assert np.isnan(y).all()      # the output buffer held 0xFF bytes (NaN), not zeros
+    for validate in (True, False):
+        sess = dynashape.InferenceSession(_custom("AccumulateInto"), validate_memory=validate)
+        with pytest.raises(dynashape.PluginContractError, match="plugin 'test-memory-bad-ops'.*AccumulateInto.*"
+                                                                 "reads outputs\\[0\\] before writing it"):
+            sess.run(None, {"x": x})
 
 
 def test_validation_poisons_every_block_after_its_last_use():

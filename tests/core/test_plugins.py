@@ -246,3 +246,63 @@ def test_dynashape_plugins_lists_each_plugin_and_which_kernel_wins(registered, m
     assert "ai.onnx::Relu (opsets 1+; float32; priority 10) wins" in table
     assert "ai.onnx::Relu (opsets 1+; any dtype; priority 0) wins, except where relu-f32 (float32)" in table
     assert "ep-broken (None): ImportError: No module named 'nowhere'" in table
+
+
+def _bad_kernel_lib(kernel, shape_rule=None) -> OpLibrary:
+    lib = OpLibrary()
+
+    @lib.op("Bad", since_version=1, domain="com.example.bad", infer_dtype=same_dtype(0))
+    def _shape(ctx):
+        return shape_rule(ctx) if shape_rule else [ctx.shape(0)]
+
+    lib.kernel("Bad", domain="com.example.bad")(kernel)
+    return lib
+
+
+@pytest.mark.parametrize("kernel,message", [
+    (lambda ins, outs, p: [ins[0].astype(np.float64)], "returned dtype float64 where its dtype inference declared float32"),
+    (lambda ins, outs, p: [np.zeros(5, np.float32)], "returned shape \\[5\\] where its shape inference declared \\[3\\]"),
+    (lambda ins, outs, p: None, "left its planned output buffer unwritten"),
+    (lambda ins, outs, p: [7], "returned int, not an array"),
+])
+def test_a_kernel_breaking_its_contract_is_named_and_the_session_stays_usable(registered, kernel, message):
+    registered(_bad_kernel_lib(kernel), "bad-kernel")
+    sess = dynashape.InferenceSession(_one_node_model("Bad", "com.example.bad"))
+    x = {"x": np.array([1, -2, 3], np.float32)}
+    pattern = f"plugin 'bad-kernel' for com.example.bad::Bad \\(node 'Bad_0'\\) {message}.*output 0 'y'"
+    for _ in range(2):   # (still checked on the next run: nothing half-done is kept)
+        with pytest.raises(dynashape.PluginContractError, match=pattern):
+            sess.run(None, x)
+
+
+def test_a_kernel_whose_output_really_is_all_ones_bits_is_accepted(registered):
+    registered(_bad_kernel_lib(lambda ins, outs, p: outs[0].fill(-1)), "minus-one")
+    m = _one_node_model("Bad", "com.example.bad")
+    m.graph.input[0].type.tensor_type.elem_type = TensorProto.INT32
+    m.graph.output[0].type.tensor_type.elem_type = TensorProto.INT32
+    (y,) = dynashape.InferenceSession(m).run(None, {"x": np.array([1, 2], np.int32)})
+    np.testing.assert_array_equal(y, [-1, -1])
+
+
+def test_infer_shape_returning_a_bare_shape_is_named(registered):
+    registered(_bad_kernel_lib(lambda ins, outs, p: np.copyto(outs[0], ins[0]), lambda ctx: ctx.shape(0)), "bare")
+    with pytest.raises(dynashape.PluginContractError, match="infer_shape of com.example.bad::Bad \\(plugin 'bare'\\)"
+                                                            ".*returned .*: it must return a list with one shape"):
+        dynashape.InferenceSession(_one_node_model("Bad", "com.example.bad")).run(None, {"x": np.ones(3, np.float32)})
+
+
+def test_dynashapes_own_kernels_skip_the_first_run_check():
+    from dynashape.executor import contract_steps
+    sess = dynashape.InferenceSession(_one_node_model("Relu"))
+    plan = sess.plan({"x": np.ones(3, np.float32)})
+    assert contract_steps(plan, validate=False) == frozenset()
+    assert contract_steps(plan, validate=True) == frozenset({0})
+
+
+def test_a_zero_dim_output_is_checked_too(registered):
+    def _sum(ins, outs, p):
+        outs[0][...] = ins[0].sum()
+    registered(_bad_kernel_lib(_sum, lambda ctx: [()]), "scalar-sum")
+    (y,) = dynashape.InferenceSession(_one_node_model("Bad", "com.example.bad")).run(
+        None, {"x": np.array([1, 2, 4], np.float32)})
+    assert y.shape == () and y == 7
