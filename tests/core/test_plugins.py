@@ -306,3 +306,33 @@ def test_a_zero_dim_output_is_checked_too(registered):
     (y,) = dynashape.InferenceSession(_one_node_model("Bad", "com.example.bad")).run(
         None, {"x": np.array([1, 2, 4], np.float32)})
     assert y.shape == () and y == 7
+
+
+def test_check_op_passes_builtin_ops_and_compares_propagate_value():
+    from dynashape.testing import check_op
+    report = check_op("Concat", lambda rng, n, m: [rng.standard_normal((n, 3)).astype(np.float32),
+                                                   rng.standard_normal((m, 3)).astype(np.float32)],
+                      {"n": (0, 5), "m": (1, 4)}, {"axis": 0}, opset=13, trials=6,
+                      symbolic_shapes=[("n", 3), ("m", 3)])
+    assert len(report.draws) == 6 and report.symbolic_checked == 6
+    shape_ops = check_op("Shape", lambda rng, n: [np.zeros((n, 2), np.float32)], {"n": (1, 9)}, opset=15, trials=3)
+    assert shape_ops.propagate_checked == 3   # Shape's propagate_value gives the dims
+
+
+def test_check_op_names_the_draw_where_a_plugin_shape_rule_is_wrong(registered):
+    from dynashape.testing import check_op
+    lib = OpLibrary()
+
+    @lib.op("PadOne", since_version=1, domain="com.example.chk", infer_dtype=same_dtype(0))
+    def _shape(ctx):
+        return [ctx.shape(0)]           # wrong: the kernel appends one element
+
+    @lib.kernel("PadOne", domain="com.example.chk")
+    def _pad(inputs, outputs, ctx):
+        return [np.concatenate([inputs[0], inputs[0][:1]])]
+
+    registered(lib, "pad-one")
+    with pytest.raises(AssertionError, match=r"com.example.chk::PadOne trial 0 at \{'n': \d+\}: output 0: "
+                                             r"infer_shape declared \(\d+,\), the kernel returned \(\d+,\)"):
+        check_op("PadOne", lambda rng, n: [np.ones(n, np.float32)], {"n": (1, 5)}, domain="com.example.chk",
+                 opset=1)
