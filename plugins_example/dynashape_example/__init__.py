@@ -56,9 +56,10 @@ def _fast_gelu(inputs, outputs, ctx):
     np.copyto(outputs[0], 0.5 * x * (1.0 + np.tanh(inner)), casting="unsafe")
 
 
-from . import attention as _attention, layernorm as _layernorm  # noqa: E402
+from . import activations as _activations, attention as _attention, layernorm as _layernorm  # noqa: E402
+from . import mha as _mha, quantization as _quantization  # noqa: E402
 
-for _family in (_layernorm.lib, _attention.lib):
+for _family in (_layernorm.lib, _attention.lib, _activations.lib, _mha.lib, _quantization.lib):
     lib.ops.extend(_family.ops)
     lib.kernels.extend(_family.kernels)
 
