@@ -9,7 +9,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .errors import ModelLoadError
+from .errors import ModelLoadError, UnsupportedOperatorError
 from .model import Graph, Model, Node, ValueInfo, input_dim_exprs
 from .records import OpDef
 from .registry import Registry
@@ -122,11 +122,16 @@ def prepare_graph(model_or_graph, registry: Registry, opsets: Optional[dict[str,
     known = {v.name for v in graph.inputs} | set(graph.initializers) | set(outer)
     nodes = []
     producer = {}
+    missing: dict = {}   # (domain, op_type, opset) -> [the error, nodes]
     for n in _toposort(graph, known):
         domain_opset = n.opset if n.opset is not None else opsets.get(n.domain)
         if domain_opset is None:
             domain_opset = opsets.get("", 1) if n.domain in ("", "ai.onnx") else 1
-        opdef = registry.resolve_op(n.domain, n.op_type, domain_opset, n.name)
+        try:
+            opdef = registry.resolve_op(n.domain, n.op_type, domain_opset, n.name)
+        except UnsupportedOperatorError as exc:
+            missing.setdefault((n.domain, n.op_type, domain_opset), [exc, 0])[1] += 1
+            continue
         implicit = tuple(slot_of(x) for x in sorted(_implicit_names(n)))
         pn = PreparedNode(n, opdef, domain_opset, tuple(slot_of(i) for i in n.inputs),
                           tuple(slot_of(o) for o in n.outputs), implicit)
@@ -134,11 +139,35 @@ def prepare_graph(model_or_graph, registry: Registry, opsets: Optional[dict[str,
             if o >= 0:
                 producer[o] = len(nodes)
         nodes.append(pn)
+    if missing:
+        raise _missing_operators(missing)
     output_slots = [slot_of(v.name) for v in graph.outputs]
     pg = PreparedGraph(graph, dict(opsets), names, slot, nodes, input_slots, output_slots,
                        constants, producer=producer)
     pg.value_inputs = _value_needed_inputs(pg)
     return pg
+
+
+#: domains whose operators a known plugin provides, and how to get it
+_PLUGIN_HINTS = {
+    "com.microsoft": "ONNX Runtime's contrib ops (com.microsoft) come with the dynashape-contrib-ops plugin: "
+                     "pip install ./plugins_example (in the dynashape repository)",
+}
+
+
+def _missing_operators(missing: dict) -> UnsupportedOperatorError:
+    """One error naming every operator of the graph no plugin defines (with its node count),
+    and which plugin provides them where one is known."""
+    if len(missing) == 1:
+        ((exc, count),) = missing.values()
+        if count == 1 and not any(d in _PLUGIN_HINTS for d, _, _ in missing):
+            return exc
+    parts = [f"{domain or 'ai.onnx'}::{op_type} (opset {opset}, {count} node{'s' if count > 1 else ''})"
+             for (domain, op_type, opset), (_, count) in sorted(missing.items())]
+    hints = sorted({_PLUGIN_HINTS[d] for d, _, _ in missing if d in _PLUGIN_HINTS})
+    hint = "; ".join(hints) if hints else "a plugin may provide them (`dynashape plugins` lists the loaded ones)"
+    return UnsupportedOperatorError(f"{len(missing)} operator(s) of the model have no registered definition: "
+                                    f"{', '.join(parts)}. {hint}")
 
 
 def _value_needed_inputs(pg: PreparedGraph) -> set[int]:

@@ -336,3 +336,26 @@ def test_check_op_names_the_draw_where_a_plugin_shape_rule_is_wrong(registered):
                                              r"infer_shape declared \(\d+,\), the kernel returned \(\d+,\)"):
         check_op("PadOne", lambda rng, n: [np.ones(n, np.float32)], {"n": (1, 5)}, domain="com.example.chk",
                  opset=1)
+
+
+def test_every_missing_operator_is_named_with_the_plugin_that_provides_it():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])
+    nodes = [helper.make_node("NoSuchA", ["x"], ["a"], domain="com.microsoft"),
+             helper.make_node("NoSuchA", ["a"], ["b"], domain="com.microsoft"),
+             helper.make_node("NoSuchB", ["b"], ["c"], domain="com.microsoft"),
+             helper.make_node("Relu", ["c"], ["y"])]
+    m = helper.make_model(helper.make_graph(nodes, "g", [x], [y]),
+                          opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    with pytest.raises(dynashape.UnsupportedOperatorError) as info:
+        dynashape.InferenceSession(m)
+    msg = str(info.value)
+    assert msg.startswith("2 operator(s) of the model have no registered definition: "
+                          "com.microsoft::NoSuchA (opset 1, 2 nodes), com.microsoft::NoSuchB (opset 1, 1 node).")
+    assert "dynashape-contrib-ops plugin" in msg
+
+
+def test_one_missing_operator_of_an_unknown_domain_keeps_its_own_message():
+    with pytest.raises(dynashape.UnsupportedOperatorError, match="operator Nope of domain 'com.nowhere' at opset 1 "
+                                                                 "\\(node 'Nope_0'\\) has no registered definition"):
+        dynashape.InferenceSession(_one_node_model("Nope", "com.nowhere"))
