@@ -511,3 +511,34 @@ def test_ortopt_gpt2_tiny_matches_ort_at_two_shapes():
         feeds.append({"input_ids": RNG.integers(0, 1000, (b, s)).astype(np.int64),
                       "attention_mask": _padding_mask(b, s)})
     _compare_zoo(path, feeds)
+
+
+@pytest.mark.parametrize("key", ["ortopt/bert_tiny", "ortopt/gpt2_tiny"])
+def test_ortopt_models_run_the_zoo_shapes_on_one_session_equal_to_onnxruntime(key):
+    """small, odd, large, small on ONE session (each new shape planned, the first one's plan
+    reused at the end), rtol 1e-3 / atol 1e-4 against onnxruntime."""
+    from tests.models.test_zoo import zoo_entry, zoo_expected, zoo_feeds
+    path = shared_path("zoo", zoo_entry(key)["file"])
+    sess = dynashape.InferenceSession(str(path))
+    for shape in ("small", "odd", "large", "small"):
+        got = sess.run(None, zoo_feeds(key, shape))
+        for g, w in zip(got, zoo_expected(key, shape)):
+            assert g.shape == w.shape and g.dtype == w.dtype
+            np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-4)
+    assert sess.stats.cache_hits >= 1
+
+
+@pytest.mark.parametrize("model,ops", [("bert_tiny.onnx", ["Attention", "BiasGelu", "EmbedLayerNormalization",
+                                                           "SkipLayerNormalization"]),
+                                       ("gpt2_tiny.onnx", ["FastGelu", "SkipLayerNormalization"])])
+def test_without_the_plugin_every_missing_contrib_op_is_named(model, ops):
+    import subprocess
+    import sys
+    path = shared_path("zoo", "ortopt", model)
+    code = f"import dynashape\ntry:\n dynashape.InferenceSession({str(path)!r})\nexcept Exception as e:\n print(type(e).__name__, e)"
+    env = dict(__import__("os").environ, DYNASHAPE_PLUGINS_BLOCK="example")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.startswith(f"UnsupportedOperatorError {len(ops)} operator(s) of the model have no registered definition")
+    for op in ops:
+        assert f"com.microsoft::{op} (opset 1" in out
+    assert "dynashape-contrib-ops plugin" in out
