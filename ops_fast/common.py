@@ -11,6 +11,7 @@ axis) and call the numpy kernel otherwise.
 from __future__ import annotations
 
 import threading
+from types import FunctionType
 
 import numba
 import numpy as np
@@ -76,9 +77,23 @@ class ThreadedLoop:
 
     @property
     def parallel(self):
+        """The ``parallel=True`` variant, compiled from a renamed copy of the function: numba's
+        on-disk cache files compiled versions under the function's qualified name and
+        signature, not its ``parallel`` flag, so the two variants of one function would
+        overwrite each other's entry and a later process's serial call load the parallel code
+        (its OpenMP threads then spin beside the caller)."""
         if self._parallel is None:
-            self._parallel = njit(parallel=True, **self._flags)(self._fn)
+            fn = self._fn
+            twin = FunctionType(fn.__code__, fn.__globals__, fn.__name__ + "_parallel", fn.__defaults__,
+                                fn.__closure__)
+            twin.__qualname__, twin.__doc__ = fn.__qualname__ + "_parallel", fn.__doc__
+            self._parallel = njit(parallel=True, **self._flags)(twin)
         return self._parallel
+
+    def run(self, tasks: int, *args):
+        """Call it, serially where its ``prange`` has a single task (a parallel launch would
+        only cost the thread pool's wake-up)."""
+        return self.serial(*args) if tasks <= 1 else self(*args)
 
     def __call__(self, *args):
         n = intra_op_threads()

@@ -301,7 +301,7 @@ def test_lstm_time_loop(direction, with_lens):
                           [numpy_helper.from_array(np.asarray(a, np.float32), n) for n, a in inits])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
     feeds = []
-    for s, b in ((1, 1), (6, 3), (9, 40)):   # 40 x 8 x nd cell elements: above LSTM_COMPILED_MAX for 2 directions
+    for s, b in ((1, 1), (6, 3), (9, 40)):   # up to 40 x 8 x nd cell elements per step
         f = {"x": _rand(s, b, inp), "h0": _rand(nd, b, hidden)}
         if with_lens:
             f["lens"] = RNG.integers(1, s + 1, b).astype(np.int32)
