@@ -29,14 +29,19 @@ from .common import EMPTY, FLOATS, FMA_JIT, JIT, PRIORITY, contiguous, tap_span,
 lib = OpLibrary()
 
 #: the longest reduction (C/group x KH x KW) the direct loop takes; longer ones run im2col
-#: + BLAS, which wins there (benchmarks in docs/KERNELS.md)
+#: + BLAS, which wins there (docs/KERNELS.md)
 DIRECT_MAX_DEPTH = 32
+#: the direct loop also needs a kernel of at least this many taps and output rows at least
+#: this wide: its cost is per tap and output row (a strided 1x1 Conv over 16-wide rows ran
+#: 5.5 ms against the numpy kernel's 0.3)
+DIRECT_MIN_TAPS, DIRECT_MIN_WIDTH = 4, 16
 #: output channels one pass of the direct loop computes (they share each input load)
 _M_BLOCK = 4
 #: output pixels per image from which a longer reduction runs im2col image by image (the
 #: columns of one image stay in cache, BLAS writes the image's output in place); below,
-#: the numpy kernel's one matmul over the whole batch
-COLUMNS_MIN_PIXELS = 256
+#: the numpy kernel's one matmul over the whole batch (resnet_tiny at batch 8: 32x32 outputs
+#: 1.48 -> 1.31 ms per image-by-image Conv, 16x16 ones 0.87 -> 1.06 ms, so not there)
+COLUMNS_MIN_PIXELS = 1024
 
 
 @njit(inline="always", **JIT)
@@ -291,15 +296,17 @@ class _ConvPlan(NamedTuple):
 def _loop_plan(ctx) -> _LoopPlan | None:
     """For a 2-D Conv with explicit pads that is not pointwise: the depthwise loop's plan
     (one filter per channel), the direct loop's (a reduction of at most DIRECT_MAX_DEPTH
-    terms, M/group a multiple of 4) or the per-image im2col's (at least COLUMNS_MIN_PIXELS
-    output pixels per image)."""
+    terms, M/group a multiple of 4, at least DIRECT_MIN_TAPS taps and DIRECT_MIN_WIDTH
+    output columns) or the per-image im2col's (at least COLUMNS_MIN_PIXELS output pixels
+    per image)."""
     group, geom, out, (n, c, m, k), cdtype, mode = nn._conv_setup(ctx)
     if mode not in ("im2col", "depthwise") or len(out) != 2 or geom.pads_begin is None or not all(out):
         return None
     depth = (c // group) * k
     if mode == "depthwise":
         kind = "depthwise"
-    elif depth <= DIRECT_MAX_DEPTH and (m // group) % _M_BLOCK == 0:
+    elif (depth <= DIRECT_MAX_DEPTH and (m // group) % _M_BLOCK == 0 and k >= DIRECT_MIN_TAPS
+          and out[1] >= DIRECT_MIN_WIDTH):
         kind = "direct"
     elif out[0] * out[1] >= COLUMNS_MIN_PIXELS:
         kind = "columns"

@@ -150,17 +150,19 @@ def _spy(monkeypatch, module, name: str) -> list:
 
 
 # (x channels, w shape, attrs, (n, h, w) per run, the path): direct = a reduction of at most
-# DIRECT_MAX_DEPTH terms; columns = per-image im2col, >= COLUMNS_MIN_PIXELS pixels, one
-# chain (depth 36) or two (depth 144 > MLAS's 128)
+# DIRECT_MAX_DEPTH terms over rows >= DIRECT_MIN_WIDTH wide; columns = per-image im2col,
+# >= COLUMNS_MIN_PIXELS pixels, one chain (depth 36) or two (depth 144 > MLAS's 128); the
+# smaller runs take the numpy kernel in the same session
 _CONV_PATHS = [
-    (3, (8, 3, 3, 3), {"pads": [1, 1, 1, 1]}, [(1, 7, 9), (2, 16, 5), (1, 3, 3), (1, 1, 1)], "conv2d_direct"),
-    (3, (4, 3, 3, 3), {"strides": [2, 2], "pads": [0, 1, 2, 1]}, [(2, 9, 11), (1, 6, 6), (2, 1, 2)], "conv2d_direct"),
-    (2, (8, 2, 2, 5), {"dilations": [2, 1], "pads": [1, 2, 1, 2], "strides": [1, 2]}, [(1, 8, 13), (3, 5, 6)], "conv2d_direct"),
-    (4, (8, 2, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}, [(1, 6, 6), (2, 9, 4)], "conv2d_direct"),
-    (4, (6, 4, 3, 3), {"pads": [1, 1, 1, 1]}, [(1, 16, 20), (2, 23, 17)], "im2col_phases"),
-    (4, (6, 4, 3, 3), {"strides": [2, 2], "dilations": [1, 2]}, [(1, 40, 44), (2, 37, 50)], "im2col_phases"),
-    (16, (8, 16, 3, 3), {"pads": [1, 1, 1, 1]}, [(1, 16, 16), (2, 20, 17)], "im2col_phases"),
-    (6, (6, 3, 3, 3), {"group": 2, "pads": [1, 0, 1, 0]}, [(1, 18, 18), (2, 16, 20)], "im2col_phases"),
+    (3, (8, 3, 3, 3), {"pads": [1, 1, 1, 1]}, [(1, 7, 20), (2, 16, 5), (1, 3, 3), (1, 1, 1)], "conv2d_direct"),
+    (3, (4, 3, 3, 3), {"strides": [2, 2], "pads": [0, 1, 2, 1]}, [(2, 9, 40), (1, 6, 6), (2, 1, 2)], "conv2d_direct"),
+    (2, (8, 2, 2, 5), {"dilations": [2, 1], "pads": [1, 2, 1, 2], "strides": [1, 2]}, [(1, 8, 40), (3, 5, 36)],
+     "conv2d_direct"),
+    (4, (8, 2, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}, [(1, 6, 20), (2, 9, 4)], "conv2d_direct"),
+    (4, (6, 4, 3, 3), {"pads": [1, 1, 1, 1]}, [(1, 32, 40), (2, 37, 33), (1, 8, 8)], "im2col_phases"),
+    (4, (6, 4, 3, 3), {"strides": [2, 2], "dilations": [1, 2]}, [(1, 70, 80), (2, 66, 72)], "im2col_phases"),
+    (16, (8, 16, 3, 3), {"pads": [1, 1, 1, 1]}, [(1, 32, 32), (2, 33, 35)], "im2col_phases"),
+    (6, (6, 3, 3, 3), {"group": 2, "pads": [1, 0, 1, 0]}, [(1, 34, 34), (2, 32, 36)], "im2col_phases"),
 ]
 
 
