@@ -365,7 +365,9 @@ def _run_columns(x, w, bias, y, p: _ConvPlan, outputs) -> None:
     pixels = oh * ow
     xq = nn._scratch(outputs, 1, math.prod(d.padded), y.dtype).reshape(d.padded[1:])
     cols = nn._scratch(outputs, 2, c * d.kernel[0] * d.kernel[1] * pixels, y.dtype).reshape(group, d.depth, pixels)
-    part = nn._scratch(outputs, 3, m * pixels, y.dtype).reshape(group, m // group, pixels) if d.depth > d.block else None
+    part = None
+    if d.depth > d.block:
+        part = nn._scratch(outputs, 3, m * pixels, y.dtype).reshape(group, m // group, pixels)
     wm = w.reshape(group, m // group, d.depth)
     b = EMPTY[y.dtype] if bias is None else np.ascontiguousarray(bias)
     relu = p.epilogue == "relu"

@@ -535,7 +535,8 @@ def test_without_the_plugin_every_missing_contrib_op_is_named(model, ops):
     import subprocess
     import sys
     path = shared_path("zoo", "ortopt", model)
-    code = f"import dynashape\ntry:\n dynashape.InferenceSession({str(path)!r})\nexcept Exception as e:\n print(type(e).__name__, e)"
+    code = (f"import dynashape\ntry:\n dynashape.InferenceSession({str(path)!r})\n"
+            "except Exception as e:\n print(type(e).__name__, e)")
     env = dict(__import__("os").environ, DYNASHAPE_PLUGINS_BLOCK="example")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.startswith(f"UnsupportedOperatorError {len(ops)} operator(s) of the model have no registered definition")

@@ -87,7 +87,8 @@ def test_softmax(axis, opset):
 
 @pytest.mark.parametrize("activation", [None, "Relu", "Gelu", "Sigmoid"])
 def test_fused_matmul_bias_activation(activation):
-    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["a" if activation else "y"])]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]),
+             helper.make_node("Add", ["m", "b"], ["a" if activation else "y"])]
     if activation:
         nodes.append(helper.make_node(activation, ["a"], ["y"]))
     m = _model(nodes, [("x", ["n", "s", 8])], [("w", RNG.standard_normal((8, 6))), ("b", RNG.standard_normal(6))],
@@ -128,7 +129,8 @@ def test_depthwise_conv(attrs, activation):
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c" if activation else "y"], group=4, **attrs)]
     if activation:
         nodes.append(helper.make_node(activation, ["c"], ["y"]))
-    m = _model(nodes, [("x", ["n", 4, "h", "h"])], [("w", RNG.standard_normal((4, 1, 3, 3))), ("b", RNG.standard_normal(4))])
+    m = _model(nodes, [("x", ["n", 4, "h", "h"])],
+               [("w", RNG.standard_normal((4, 1, 3, 3))), ("b", RNG.standard_normal(4))])
     feeds = [{"x": _rand(n, 4, h, h)} for n, h in ((1, 5), (2, 9), (1, 12))]
     _check(m, feeds, fast_ops={"FusedConv" if activation else "Conv"}, rtol=1e-4, atol=1e-4)
 

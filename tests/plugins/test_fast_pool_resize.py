@@ -20,9 +20,9 @@ ort = pytest.importorskip("onnxruntime")
 if not __import__("dynashape.ops_fast", fromlist=["enabled"]).enabled():
     pytest.skip("the compiled kernels are switched off (DYNASHAPE_FAST=0)", allow_module_level=True)
 
-from dynashape.ops_builtin import nn, resize
-from dynashape.ops_fast import pool as fast_pool
-from dynashape.ops_fast import resize as fast_resize
+from dynashape.ops_builtin import nn, resize  # noqa: E402  (after the skips: needs numba)
+from dynashape.ops_fast import pool as fast_pool  # noqa: E402
+from dynashape.ops_fast import resize as fast_resize  # noqa: E402
 
 RNG = np.random.default_rng(5)
 ELEM = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE, np.float16: TensorProto.FLOAT16}
