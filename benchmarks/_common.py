@@ -156,7 +156,8 @@ def header(title: str) -> None:
     print(f"== {title}")
     print(f"   {time.strftime('%Y-%m-%d %H:%M:%S')}  python {platform.python_version()}  numpy {np.__version__}  "
           f"onnx {onnx.__version__}  onnxruntime {onnxruntime.__version__}  dynashape {dynashape.__version__}")
-    print(f"   cpus {os.cpu_count()}  loadavg {' '.join(load)}  threads: intra-op {_env.THREADS} (both engines), inter-op 1")
+    print(f"   cpus {os.cpu_count()}  loadavg {' '.join(load)}  "
+          f"threads: intra-op {_env.THREADS} (both engines), inter-op 1")
     print(f"   env: {_env.summary()}")
     print(f"   BLAS: {blas_info()}")
     print()

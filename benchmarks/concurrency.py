@@ -94,7 +94,8 @@ def throughput_models(zoo2: bool) -> list[tuple[str, object, dict]]:
     """[(label, path, feeds)]: the zoo models at batch 8 x sequence 128 and gpt2_kv's large shape."""
     out = []
     for name in ("bert_tiny.onnx", "gpt2_tiny.onnx"):
-        out.append((f"{name[:-5]} b8 s128", C.ZOO_DIR / name, lambda p=C.ZOO_DIR / name: C.make_feeds(p, THROUGHPUT_SHAPE)))
+        out.append((f"{name[:-5]} b8 s128", C.ZOO_DIR / name,
+                    lambda p=C.ZOO_DIR / name: C.make_feeds(p, THROUGHPUT_SHAPE)))
     if zoo2:
         p = C.ZOO2_DIR / "gpt2_kv.onnx"
         out.append(("gpt2_kv large", p, lambda p=p: C.zoo2_make_inputs().make_inputs(p, shape="large")))
@@ -120,7 +121,10 @@ def bench_throughput(total: int, repeats: int) -> None:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     sess = C.dynashape_session(path) if engine == "dynashape" else C.ort_session(path)
-                run = lambda f, s=sess: s.run(None, f)
+
+                def run(f, s=sess):
+                    return s.run(None, f)
+
                 run(feeds)  # warm-up: plans this shape
                 rates = {1: [], 2: []}
                 for _ in range(repeats):

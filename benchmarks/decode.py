@@ -96,7 +96,9 @@ def decode_engine(engine: str, model, info: D.DecodeInfo, decode: dict, steps: i
             r["load_ms"] = (time.perf_counter() - t0) * 1e3
             r["sess"] = sess
             r["note"] = check_inputs(sess, info, decode)
-            run = lambda f: sess.run(None, f)
+
+            def run(f):
+                return sess.run(None, f)
 
             def on_step(step, feeds, outs):
                 t = time.perf_counter()
@@ -158,7 +160,8 @@ def branch_alone(engine: str, branch, merged_path, merged: dict, fallback: dict,
                     out["times"].append(t2 - t1)
                 want = [outs[n] for n in names]
                 out["diff"] = max(out["diff"], C.max_abs_diff(got, want))
-                out["same_tokens"] &= bool(np.array_equal(np.argmax(got[li][:, -1], -1), np.argmax(want[li][:, -1], -1)))
+                out["same_tokens"] &= bool(np.array_equal(np.argmax(got[li][:, -1], -1),
+                                                          np.argmax(want[li][:, -1], -1)))
         except Exception as exc:  # noqa: BLE001 - report it and go on
             out["error"] = C.short_error(exc, 240)
     return out

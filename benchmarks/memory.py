@@ -107,7 +107,8 @@ def synthetic_model(n_nodes: int = 800, d: int = 32):
                   mk("Add", [x, t[8]], [t[9]]), mk("Mul", [t[9], f"g{i}"], [t[10]])]
         x = t[10]
     nodes.append(helper.make_node("Identity", [x], ["y"]))
-    g = helper.make_graph(nodes, "synthetic", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", d])],
+    g = helper.make_graph(nodes, "synthetic",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", d])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", d])], inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
@@ -146,7 +147,8 @@ def part1(catalog, zoo) -> list:
                 rows.append([key, shape, dims, C.short_error(exc, 60)] + [None] * 8)
                 continue
             rows.append([key, shape, dims, r["nodes"], r["steps"], r["naive"], r["lb"], r["arena"],
-                         f"{r['ratio']:.3f}", None if r["saving"] is None else f"{r['saving']:.1f}x", C.fmt_ms(r["ms"])])
+                         f"{r['ratio']:.3f}", None if r["saving"] is None else f"{r['saving']:.1f}x",
+                         C.fmt_ms(r["ms"])])
             checks.append((key, shape, r))
     synth = dynashape.InferenceSession(synthetic_model(800), allocator="pool")
     for shape, (b, s) in (("small", (1, 16)), ("large", (8, 128))):

@@ -234,8 +234,8 @@ def report_zoo(results: list[dict]) -> None:
                      None if r.get("symbolic_ms") is None else f"{r['symbolic_ms']:.1f}",
                      C.fmt_ms(dyn_ms), C.fmt_ms(ort_ms),
                      None if dyn_ms is None or not ort_ms else f"{dyn_ms / ort_ms:.2f}", r["error"]])
-    C.print_table(["model", "dims", "session ms", "of it: symbolic inference ms", "dyn ms", "ORT ms", "dyn/ORT", "note"],
-                  rows, align="llrrrrrl")
+    C.print_table(["model", "dims", "session ms", "of it: symbolic inference ms", "dyn ms", "ORT ms", "dyn/ORT",
+                   "note"], rows, align="llrrrrrl")
     print(f"new-shape cost: {len(results[0]['ort_new']) if results else 0} consecutive new sequence lengths per model, "
           "batch=1, each first seen on one session; ratio = first run / median of the cached runs at that shape")
     rows, worst = [], None

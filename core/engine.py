@@ -14,7 +14,7 @@ import threading
 import time
 import warnings
 from collections import OrderedDict
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 
@@ -27,6 +27,9 @@ from .plan import Plan, build_plan
 from .program import Program, copy_value
 from .registry import Registry
 from .symbolic import free_symbols, sym
+
+if TYPE_CHECKING:
+    from .profiling import Profiler
 
 __all__ = ["Engine", "LiveStats"]
 
@@ -86,7 +89,7 @@ class Engine:
         self.name = name
         self.input_values = input_values
         #: a :class:`~dynashape.profiling.Profiler` while the session profiles
-        self.profiler = None
+        self.profiler: Optional[Profiler] = None
         #: no dim_param warnings (``log_severity_level`` >= 3)
         self.quiet = False
         self._lock = threading.Lock()

@@ -222,7 +222,7 @@ def _layout(plan: Plan, segment: Segment, sizes: tuple) -> None:
         plan.lower_bound_bytes = lower_bound(segment.blocks, sizes)
         plan.strategy = "naive"
         return
-    for order, layout in list(segment.layouts):
+    for _order, layout in list(segment.layouts):
         offsets, top, bound = layout(sizes)
         if top <= RELAYOUT_RATIO * bound:
             plan.offsets, plan.arena_bytes, plan.lower_bound_bytes = offsets, top, bound

@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 
 from .dtypes import OptionalType, SequenceType, type_key, value_type_string
-from .engine import Engine
+from .engine import Engine, LiveStats
 from .errors import (DimParamMismatch, InputDtypeMismatch, InputFixedDimMismatch, InputNameError,
                      InputRankMismatch, InvalidArgumentError, InvalidFeedError, RunTerminated)
 from .executor import Arena, RunStats
@@ -381,7 +381,7 @@ class InferenceSession:
         return conflicts
 
     @property
-    def stats(self) -> RunStats:
+    def stats(self) -> LiveStats:
         """Plan-cache hits and misses, planning and execution ms, summed over the contexts."""
         return self.engine.stats
 
@@ -438,7 +438,7 @@ class InferenceSession:
         except (KeyError, TypeError):
             self._validate(input_feed)
             raise
-        key = []
+        key: list[Any] = []
         for i, a in enumerate(feeds):
             if type(a) is not np.ndarray:
                 feeds[i] = a = feed_array(self._inputs[i], a)

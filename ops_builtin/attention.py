@@ -529,7 +529,7 @@ def _rotary_shape(ctx: InferContext):
         ctx.fail(f"rotary_embedding_dim {rd} exceeds the head size {head}", kind="InvalidShape")
     cos, sin = ctx.shape(1), ctx.shape(2)
     want_rank = 2 if ctx.has_input(3) else 3
-    for i, what, s in ((1, "cos_cache", cos), (2, "sin_cache", sin)):
+    for _i, what, s in ((1, "cos_cache", cos), (2, "sin_cache", sin)):
         if s is None:
             continue
         if len(s) != want_rank:

@@ -199,7 +199,10 @@ def _nms(inputs, outputs, prepared):
     """NonMaxSuppression: per-group sort, then greedy rounds with vectorised IoU rows."""
     name, center = prepared
     boxes, scores = inputs[0], inputs[1]
-    get = (lambda i: inputs[i] if len(inputs) > i else None)
+
+    def get(i):
+        return inputs[i] if len(inputs) > i else None
+
     max_out = max(int(_scalar(get(2), 0)), 0)
     iou = np.float32(_scalar(get(3), 0.0))
     thr = get(4)

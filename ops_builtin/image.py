@@ -471,7 +471,7 @@ def _deform_conv_shape(ctx):
     if x is None or w is None:
         return [None]
     r = len(x) - 2
-    for i, s, what in ((1, w, "W"), (2, off, "offset"), (4, ctx.shape(4) if ctx.has_input(4) else None, "mask")):
+    for _i, s, what in ((1, w, "W"), (2, off, "offset"), (4, ctx.shape(4) if ctx.has_input(4) else None, "mask")):
         if s is not None and len(s) != r + 2:
             ctx.fail(f"{what} must have rank {r + 2} like X, got rank {len(s)}", kind="InvalidRank")
     kernel, strides, dil, pads, group, og, out = _deform_geometry(ctx, x, w)

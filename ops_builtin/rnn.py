@@ -324,7 +324,7 @@ def _rnn_shape(ctx: InferContext):
     x, w, r = ctx.shape(0), ctx.shape(1), ctx.shape(2)
     if x is None or w is None or r is None:
         return [None] * ctx.num_outputs
-    for i, name, s in ((0, "X", x), (1, "W", w), (2, "R", r)):
+    for _i, name, s in ((0, "X", x), (1, "W", w), (2, "R", r)):
         if len(s) != 3:
             ctx.fail(f"{name} must have rank 3, got rank {len(s)}", kind="RankMismatch")
     seq, batch = (x[0], x[1]) if layout == 0 else (x[1], x[0])

@@ -1,4 +1,5 @@
-"""The ``dynashape`` command line: ``demo``, ``run``, ``inspect``, ``plan``, ``ops``, ``plugins``, ``bench``, ``profile``.
+"""The ``dynashape`` command line: ``demo``, ``run``, ``inspect``, ``plan``, ``ops``, ``plugins``, ``bench``,
+``profile``.
 
     dynashape demo
     dynashape run model.onnx --dim batch=4 --shape x=4x3x32x32 --compare-ort

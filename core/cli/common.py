@@ -156,7 +156,7 @@ def _check_shapes(sess, shapes: dict) -> None:
             try:
                 sess._check_feed(vi, np.broadcast_to(np.zeros((), vi.dtype), shape), None)
             except InvalidFeedError as exc:
-                raise _bad("--shape", f"{name}={'x'.join(map(str, shape))}: {exc}")
+                raise _bad("--shape", f"{name}={'x'.join(map(str, shape))}: {exc}") from None
 
 
 def _load_file(path: str):
@@ -170,7 +170,7 @@ def _load_file(path: str):
         with data:
             return {k: data[k] for k in data.files}
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-        raise _bad("--input", f"cannot read '{path}' as .npy / .npz: {one_line(exc)}")
+        raise _bad("--input", f"cannot read '{path}' as .npy / .npz: {one_line(exc)}") from None
 
 
 def _load_inputs(items, inputs) -> tuple[dict, dict]:
@@ -210,7 +210,7 @@ def _check_given(sess, given: dict, sources: dict) -> None:
             try:
                 sess._check_feed(vi, given[vi.name], None)
             except InvalidFeedError as exc:
-                raise _bad("--input", f"'{sources[vi.name]}': {exc}")
+                raise _bad("--input", f"'{sources[vi.name]}': {exc}") from None
 
 
 def _missing_dims_error(inputs, missing: list[str]) -> click.UsageError:
@@ -257,7 +257,7 @@ def feeds_from_options(sess, dims, shapes, inputs, seed: int) -> dict:
     try:   # before any shape check: .npy/.npz files and --shape only make tensors
         check_tensor_inputs(graph_inputs)
     except InvalidFeedError as exc:
-        raise click.UsageError(str(exc))
+        raise click.UsageError(str(exc)) from None
     _check_dim_names(graph_inputs, dim_values)
     _check_shapes(sess, shape_values)
     given, sources = _load_inputs(inputs, graph_inputs)

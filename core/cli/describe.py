@@ -62,7 +62,7 @@ def _plot_path(ctx, param, value):
         try:
             plot_format(value)
         except ValueError as exc:
-            raise click.BadParameter(str(exc), ctx=ctx, param=param)
+            raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
     return value
 
 
@@ -76,9 +76,9 @@ def _draw(report: dict, plot_path: str, model: str, feeds: dict) -> None:
     try:
         plot_plan(report, plot_path, title=plot_title(report, os.path.basename(model), inputs))
     except ImportError:
-        raise click.ClickException("--plot needs matplotlib (pip install 'dynashape[plot]')")
+        raise click.ClickException("--plot needs matplotlib (pip install 'dynashape[plot]')") from None
     except OSError as exc:
-        raise click.ClickException(f"cannot write the plot to {plot_path}: {exc.strerror or exc}")
+        raise click.ClickException(f"cannot write the plot to {plot_path}: {exc.strerror or exc}") from None
 
 
 @main.command()

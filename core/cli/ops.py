@@ -57,7 +57,7 @@ def ops(domain, plugins, fmt: str) -> None:
     try:
         registry = get_registry()
     except DynashapeError as exc:
-        raise click.ClickException(str(exc))
+        raise click.ClickException(str(exc)) from None
     if domain is not None:
         _check_choice(domain_name(domain), sorted({domain_name(d) for d, _ in registry.op_types()}), "--domain")
     for p in plugins:

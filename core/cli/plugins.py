@@ -67,7 +67,7 @@ def plugins(fmt: str, verbose: bool) -> None:
     try:
         entries = plugin_entries()
     except DynashapeError as exc:
-        raise click.ClickException(str(exc))
+        raise click.ClickException(str(exc)) from None
     failed = failed_plugins()
     if fmt == "json":
         click.echo(json.dumps({"plugins": entries, "failed": failed}, indent=1))

@@ -139,7 +139,7 @@ def profile(model: str, dims, shapes, inputs, allocator: str, seed: int, output:
                 try:
                     shutil.move(written, output)
                 except OSError as exc:
-                    raise click.ClickException(f"cannot write the trace to {output}: {one_line(exc)}")
+                    raise click.ClickException(f"cannot write the trace to {output}: {one_line(exc)}") from None
                 written = output
     finally:
         if tmp:

@@ -3,8 +3,8 @@
 Every node test whose operators are all registered in dynashape runs, except those
 listed in ``EXCLUDED`` (random outputs no runtime can reproduce, and one test that contradicts
 the spec's description; each with its reason). Training-mode Dropout with a ``seed`` draws its
-mask from ``numpy.random.RandomState(seed)`` as onnx's test generator did, so those tests run. Graph inputs and outputs may be
-tensors, sequences (lists of arrays) or optionals (None or the element), as in
+mask from ``numpy.random.RandomState(seed)`` as onnx's test generator did, so those tests run. Graph inputs and
+outputs may be tensors, sequences (lists of arrays) or optionals (None or the element), as in
 ``test_identity_sequence``, ``test_identity_opt``, ``test_if_seq`` or ``test_loop16_seq_none``.
 """
 from __future__ import annotations

@@ -260,8 +260,10 @@ def _bad_kernel_lib(kernel, shape_rule=None) -> OpLibrary:
 
 
 @pytest.mark.parametrize("kernel,message", [
-    (lambda ins, outs, p: [ins[0].astype(np.float64)], "returned dtype float64 where its dtype inference declared float32"),
-    (lambda ins, outs, p: [np.zeros(5, np.float32)], "returned shape \\[5\\] where its shape inference declared \\[3\\]"),
+    (lambda ins, outs, p: [ins[0].astype(np.float64)],
+     "returned dtype float64 where its dtype inference declared float32"),
+    (lambda ins, outs, p: [np.zeros(5, np.float32)],
+     "returned shape \\[5\\] where its shape inference declared \\[3\\]"),
     (lambda ins, outs, p: None, "left its planned output buffer unwritten"),
     (lambda ins, outs, p: [7], "returned int, not an array"),
 ])

@@ -152,7 +152,7 @@ def test_conv_net_reports_symbolic_output_shapes():
         got = sess.run(["features"], conv_feeds(b, h, w))[0].shape
         env = {"batch": b, "height": h, "width": w}
         assert got == (b, CONV["width"], evaluate(h_dim, env), evaluate(w_dim, env))
-        assert got[2:] == (-(-(-(-h // 2)) // 2), -(-(-(-w // 2)) // 2))   # ceil(ceil(x / 2) / 2)
+        assert got[2:] == (-((-h // 2) // 2), -((-w // 2) // 2))   # ceil(ceil(x / 2) / 2)
 
 
 # --- GPT-2 decoder ------------------------------------------------------------------------

@@ -346,8 +346,8 @@ def test_rotary_embedding_errors():
     x, pos = f32(2, 3, 4, 8), np.zeros((2, 4), np.int64)
     rope_error([f32(2, 4, 24), f32(8, 4), f32(8, 4), pos], {}, "attribute 'num_heads' is required", "MissingAttribute")
     rope_error([x, f32(8, 4), f32(8, 4), pos], {"rotary_embedding_dim": 5}, "rotary dim 5 must be even", "InvalidShape")
-    rope_error([x, f32(8, 5), f32(8, 5), pos], {"rotary_embedding_dim": 10}, "rotary_embedding_dim 10 exceeds the head size 8",
-               "InvalidShape")
+    rope_error([x, f32(8, 5), f32(8, 5), pos], {"rotary_embedding_dim": 10},
+               "rotary_embedding_dim 10 exceeds the head size 8", "InvalidShape")
     rope_error([x, f32(8, 3), f32(8, 3), pos], {}, "last dim of cos_cache and rotary_dim / 2: 3 != 4", "DimMismatch")
     rope_error([x, f32(2, 4, 4), f32(2, 4, 4), pos], {}, "cos_cache must have rank 2", "InvalidRank")
     rope_error([x, f32(8, 4), f32(8, 4)], {}, "cos_cache must have rank 3", "InvalidRank")
@@ -403,8 +403,8 @@ def test_tensor_scatter_errors():
         with pytest.raises(ShapeInferenceError, match=match) as info:
             infer_node("TensorScatter", ins, attrs, opset=24)
         assert info.value.kind == kind
-    with pytest.raises(ShapeInferenceError, match="write index 4 with 2 new positions does not fit max_sequence_length 5") \
-            as info:
+    with pytest.raises(ShapeInferenceError,
+                       match="write index 4 with 2 new positions does not fit max_sequence_length 5") as info:
         run_node("TensorScatter", [past, upd, np.array([0, 4], np.int64)], opset=24)
     assert info.value.kind == "WriteIndexOutOfRange"
 
@@ -418,7 +418,8 @@ def test_swiglu_symbolic_matches_reference(allocator):
     runs = [feeds_of([f32(n, c) * 4, f32(n, c)]) for n, c in ((2, 3), (5, 1), (0, 4))]
     sess = session_runs(model, runs, reference_run, allocator)
     assert sess.get_outputs()[0].shape == ["N", "C"]
-    node_check("SwiGLU", [f32(3, 4, dtype=np.float16), f32(3, 4, dtype=np.float16)], {}, 28, want=reference_run, tol=2e-3)
+    node_check("SwiGLU", [f32(3, 4, dtype=np.float16), f32(3, 4, dtype=np.float16)], {}, 28, want=reference_run,
+               tol=2e-3)
     (y,) = run_node("SwiGLU", [np.array([-1000.0, 0.0, 1000.0], np.float32), np.ones(3, np.float32)], opset=28)
     np.testing.assert_array_equal(y, [0.0, 0.0, 1000.0])  # no overflow in the sigmoid
 
@@ -564,7 +565,8 @@ def flex_model(dims, attrs=None, score=None, prob=None, dtype=TensorProto.FLOAT,
             node.attribute.append(helper.make_attribute(name, g))
     graph = helper.make_graph([node], "g", [VI(n, dtype, d) for n, d in zip("QKV", dims)] + list(extra_inputs),
                               [VI("Y", dtype, None)])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 26), helper.make_opsetid("ai.onnx.preview", 1)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 26),
+                                                   helper.make_opsetid("ai.onnx.preview", 1)])
 
 
 def causal_score_mod(dtype=TensorProto.FLOAT):
@@ -576,16 +578,19 @@ def causal_score_mod(dtype=TensorProto.FLOAT):
              helper.make_node("Unsqueeze", ["qr", "ax1"], ["qi"]),
              helper.make_node("GreaterOrEqual", ["qi", "kr"], ["m"]),
              helper.make_node("Where", ["m", "s", "ninf"], ["o"])]
-    inits = [helper.make_tensor("zero", TensorProto.INT64, [], [0]), helper.make_tensor("one", TensorProto.INT64, [], [1]),
+    inits = [helper.make_tensor("zero", TensorProto.INT64, [], [0]),
+             helper.make_tensor("one", TensorProto.INT64, [], [1]),
              helper.make_tensor("i2", TensorProto.INT64, [], [2]), helper.make_tensor("i3", TensorProto.INT64, [], [3]),
-             helper.make_tensor("ax1", TensorProto.INT64, [1], [1]), helper.make_tensor("ninf", dtype, [], [float("-inf")])]
-    return helper.make_graph(nodes, "causal", [VI("s", dtype, ["B", "H", "L", "S"])], [VI("o", dtype, ["B", "H", "L", "S"])],
-                             inits)
+             helper.make_tensor("ax1", TensorProto.INT64, [1], [1]),
+             helper.make_tensor("ninf", dtype, [], [float("-inf")])]
+    return helper.make_graph(nodes, "causal", [VI("s", dtype, ["B", "H", "L", "S"])],
+                             [VI("o", dtype, ["B", "H", "L", "S"])], inits)
 
 
 def scale_prob_mod(c):
     return helper.make_graph([helper.make_node("Mul", ["p", "c"], ["o"])], "pm",
-                             [VI("p", TensorProto.FLOAT, ["B", "H", "L", "S"])], [VI("o", TensorProto.FLOAT, ["B", "H", "L", "S"])],
+                             [VI("p", TensorProto.FLOAT, ["B", "H", "L", "S"])],
+                             [VI("o", TensorProto.FLOAT, ["B", "H", "L", "S"])],
                              [helper.make_tensor("c", TensorProto.FLOAT, [], [c])])
 
 
@@ -605,7 +610,8 @@ def test_flex_attention_symbolic_matches_reference(mods, allocator):
 def test_flex_attention_outer_scope_and_precision():
     """A score_mod reading an outer graph input; double softmax precision on float32 inputs."""
     sub = helper.make_graph([helper.make_node("Add", ["s", "bias"], ["o"])], "sm",
-                            [VI("s", TensorProto.FLOAT, ["B", "H", "L", "S"])], [VI("o", TensorProto.FLOAT, ["B", "H", "L", "S"])])
+                            [VI("s", TensorProto.FLOAT, ["B", "H", "L", "S"])],
+                            [VI("o", TensorProto.FLOAT, ["B", "H", "L", "S"])])
     model = flex_model([["B", 2, "L", 4], ["B", 2, "S", 4], ["B", 2, "S", 4]], score=sub,
                        extra_inputs=[VI("bias", TensorProto.FLOAT, ["L", "S"])])
     sess = dynashape.InferenceSession(model, validate_memory=True)

@@ -140,8 +140,10 @@ def test_nms_count_flows_downstream(allocator):
              helper.make_node("Squeeze", ["boxes", "zero"], ["boxes0"]),
              helper.make_node("Gather", ["boxes0", "box_idx"], ["kept"], axis=0),
              helper.make_node("Shape", ["sel"], ["count"])]
-    inits = [helper.make_tensor("max", TensorProto.INT64, [1], [6]), helper.make_tensor("iou", TensorProto.FLOAT, [1], [0.4]),
-             helper.make_tensor("thr", TensorProto.FLOAT, [1], [0.3]), helper.make_tensor("two", TensorProto.INT64, [], [2]),
+    inits = [helper.make_tensor("max", TensorProto.INT64, [1], [6]),
+             helper.make_tensor("iou", TensorProto.FLOAT, [1], [0.4]),
+             helper.make_tensor("thr", TensorProto.FLOAT, [1], [0.3]),
+             helper.make_tensor("two", TensorProto.INT64, [], [2]),
              helper.make_tensor("zero", TensorProto.INT64, [1], [0])]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, "N", 4]),
                                            helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, "C", "N"])],
@@ -317,7 +319,8 @@ def test_roi_align_batch_index_out_of_range():
 def test_all_versions_registered():
     reg = get_registry()
     for op in ("NonMaxSuppression", "RoiAlign"):
-        versions = {s.since_version for s in onnx.defs.get_all_schemas_with_history() if s.name == op and s.domain == ""}
+        versions = {s.since_version for s in onnx.defs.get_all_schemas_with_history()
+                    if s.name == op and s.domain == ""}
         assert versions
         for v in versions:
             assert reg.resolve_op("", op, v).since_version == v

@@ -186,8 +186,9 @@ def test_spatial_transformer_symbolic_one_session(allocator):
     nodes = [helper.make_node("Shape", ["x"], ["size"]),
              helper.make_node("AffineGrid", ["theta", "size"], ["grid"], align_corners=0),
              helper.make_node("GridSample", ["x", "grid"], ["y"], mode="linear", padding_mode="zeros")]
-    graph = helper.make_graph(nodes, "stn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "C", "H", "W"]),
-                                             helper.make_tensor_value_info("theta", TensorProto.FLOAT, ["N", 2, 3])],
+    graph = helper.make_graph(nodes, "stn",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "C", "H", "W"]),
+                               helper.make_tensor_value_info("theta", TensorProto.FLOAT, ["N", 2, 3])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
                                helper.make_tensor_value_info("grid", TensorProto.FLOAT, None)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
@@ -462,7 +463,8 @@ def test_max_unpool_output_shape_indexes_the_given_shape():
     (onnx/onnx#2398)."""
     x = np.array([[[[5, 6], [7, 8]]]], np.float32)
     idx = np.array([[[[5, 7], [13, 15]]]], np.int64)
-    got = check("MaxUnpool", [x, idx, np.array([1, 1, 5, 5], np.int64)], {"kernel_shape": [2, 2], "strides": [2, 2]}, 11)
+    got = check("MaxUnpool", [x, idx, np.array([1, 1, 5, 5], np.int64)], {"kernel_shape": [2, 2], "strides": [2, 2]},
+                11)
     assert got.reshape(-1)[[5, 7, 13, 15]].tolist() == [5, 6, 7, 8]
     check("MaxUnpool", [x, idx], {"kernel_shape": [2, 2], "strides": [2, 2]}, 9)
 
@@ -533,7 +535,8 @@ def test_image_decoder_changing_sizes_one_session(allocator):
 def test_image_decoder_shape_inference_and_errors():
     (shape,), _ = infer_symbolic("ImageDecoder", [(sym("B"),)], ["uint8"], {"pixel_format": "Grayscale"}, 20)
     assert len(shape) == 3 and shape[2] == 1 and all(isinstance(d, Expr) for d in shape[:2])
-    expect_error("ImageDecoder", [np.zeros(4, np.uint8)], {"pixel_format": "RGBA"}, 20, "pixel_format", "InvalidAttribute")
+    expect_error("ImageDecoder", [np.zeros(4, np.uint8)], {"pixel_format": "RGBA"}, 20, "pixel_format",
+                 "InvalidAttribute")
     expect_error("ImageDecoder", [np.zeros((2, 2), np.uint8)], {}, 20, "must be 1-D", "InvalidRank")
     expect_error("ImageDecoder", [np.zeros(4, np.int8)], {}, 20, "expected uint8", "InvalidDtype")
 
@@ -557,7 +560,8 @@ def test_image_decoder_without_pillow_names_the_extra(monkeypatch):
 def test_all_versions_registered():
     reg = get_registry()
     for op in ("GridSample", "AffineGrid", "Col2Im", "DeformConv", "CenterCropPad", "MaxUnpool", "ImageDecoder"):
-        versions = {s.since_version for s in onnx.defs.get_all_schemas_with_history() if s.name == op and s.domain == ""}
+        versions = {s.since_version for s in onnx.defs.get_all_schemas_with_history()
+                    if s.name == op and s.domain == ""}
         assert versions
         for v in versions:
             assert reg.resolve_op("", op, v).since_version == v

@@ -375,7 +375,8 @@ def _symbolic_ctx(op, opset, shapes, values, attrs, dtype=np.float32):
 def test_symbolic_shapes():
     n, h, w = sym("N"), sym("H"), sym("W")
     op = _resolve("Resize", 13)
-    ctx = _symbolic_ctx("Resize", 13, [(n, 3, h, w), None, (4,)], [None, None, np.array([1, 1, 2, 0.5], np.float32)], {})
+    ctx = _symbolic_ctx("Resize", 13, [(n, 3, h, w), None, (4,)], [None, None, np.array([1, 1, 2, 0.5], np.float32)],
+                        {})
     (shape,) = op.infer_shape(ctx)
     assert shape[:3] == (n, 3, h * 2) and not isinstance(shape[3], int) and shape[3] != w
     sizes = np.array([n, 3, h * 3, 5], dtype=object)

@@ -69,7 +69,10 @@ def make_inputs(op, *, seq=5, batch=3, inp=4, hidden=6, nd=1, layout=0, bias=Tru
     G = GATES[op]
     x_shape = (seq, batch, inp) if layout == 0 else (batch, seq, inp)
     st_shape = (nd, batch, hidden) if layout == 0 else (batch, nd, hidden)
-    f = lambda *s: rng.standard_normal(s).astype(dtype)
+
+    def f(*s):
+        return rng.standard_normal(s).astype(dtype)
+
     ins = [f(*x_shape), f(nd, G * hidden, inp) * 0.5, f(nd, G * hidden, hidden) * 0.5,
            f(nd, 2 * G * hidden) * 0.5 if bias else None,
            None if seq_lens is None else np.array(seq_lens, np.int32),

@@ -846,7 +846,8 @@ def test_unique_matches_reference(attrs, shape):
 @pytest.mark.parametrize("allocator", ["pool", "naive"])
 @pytest.mark.parametrize("attrs", [{}, {"sorted": 0}, {"axis": 0, "sorted": 0}])
 def test_unique_data_dependent_session_matches_ort(attrs, allocator):
-    runs = [{"in0": rng.integers(0, k, (n, 2)).astype(np.float32)} for n, k in [(6, 3), (1, 2), (10, 2), (0, 2), (4, 9)]]
+    runs = [{"in0": rng.integers(0, k, (n, 2)).astype(np.float32)}
+            for n, k in [(6, 3), (1, 2), (10, 2), (0, 2), (4, 9)]]
     model, _ = _untyped_model("Unique", [runs[0]["in0"]], attrs, 11, dims=[["N", 2]], n_outputs=4)
     assert_runs_match_ort(model, runs, allocator)
     model, _ = _untyped_model("Unique", [runs[0]["in0"]], attrs, 11, dims=[["N", 2]],
