@@ -184,7 +184,8 @@ def test_direct_and_per_image_conv(channels, w_shape, attrs, runs, path, activat
     m = _model(nodes, [("x", ["n", channels, "h", "w"])], [("w", RNG.standard_normal(w_shape)),
                                                           ("b", RNG.standard_normal(w_shape[0]))])
     feeds = [{"x": _rand(n, channels, h, w)} for n, h, w in runs]
-    _check(m, feeds, fast_ops={"FusedConv" if activation else "Conv"}, rtol=1e-5, atol=1e-5)
+    # (outputs up to ~15 from up to 144 terms: the orders of BLAS and of MLAS's blocks differ by ~1e-5)
+    _check(m, feeds, fast_ops={"FusedConv" if activation else "Conv"}, rtol=1e-5, atol=1e-4)
     assert calls, f"{path} never ran"
     if path == "conv2d_direct" and _fma_cpu() and activation != "Sigmoid":
         data = m.SerializeToString()
