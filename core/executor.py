@@ -256,8 +256,8 @@ def _poisonable(a) -> bool:
 
 
 def _poison_outputs(outs: list, ins: list) -> list:
-    """Fill each output buffer that shares no memory with an input with 0xFF bytes; the
-    indices of those filled."""
+    """Fill each output buffer (the node's outputs, not its scratch buffers: those may stay
+    unused) that shares no memory with an input with 0xFF bytes; the indices of those filled."""
     poisoned = []
     for k, out in enumerate(outs):
         if _poisonable(out) and not any(isinstance(a, np.ndarray) and np.may_share_memory(out, a) for a in ins):
@@ -365,7 +365,7 @@ class _Interpreter:
             ins = [v[i] if i >= 0 else None for i in st.inputs]
             checked = pos in self.checks
             if checked:
-                poisoned = _poison_outputs(outs, ins)
+                poisoned = _poison_outputs(outs[:len(st.outputs)], ins)   # (not the scratch buffers after them)
             t0 = time.perf_counter()
             res = run_kernel(st.node, st.kernel.compute, plan.prepared[pos], ins, outs)
             if self.profiler is not None:

@@ -361,3 +361,22 @@ def test_one_missing_operator_of_an_unknown_domain_keeps_its_own_message():
     with pytest.raises(dynashape.UnsupportedOperatorError, match="operator Nope of domain 'com.nowhere' at opset 1 "
                                                                  "\\(node 'Nope_0'\\) has no registered definition"):
         dynashape.InferenceSession(_one_node_model("Nope", "com.nowhere"))
+
+
+def test_a_kernel_leaving_its_scratch_buffer_unused_passes_the_check(registered):
+    """(Only the node's outputs are poisoned and checked, not the scratch buffers after them.)"""
+    lib = OpLibrary()
+
+    @lib.op("Copy", since_version=1, domain="com.example.scratch", infer_dtype=same_dtype(0))
+    def _shape(ctx):
+        return [ctx.shape(0)]
+
+    @lib.kernel("Copy", domain="com.example.scratch", scratch=lambda ctx: [((4,), np.float32)])
+    def _copy(inputs, outputs, ctx):
+        np.copyto(outputs[0], inputs[0])
+
+    registered(lib, "unused-scratch")
+    x = np.array([1, 2, 3], np.float32)
+    for validate in (False, True):
+        sess = dynashape.InferenceSession(_one_node_model("Copy", "com.example.scratch"), validate_memory=validate)
+        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], x)
