@@ -31,6 +31,11 @@ ALLOCATORS = ("pool", "naive")
 #: (https://github.com/microsoft/onnxruntime/issues/18156): compared with the ONNX spec there
 ORT_DEFORM_CONV = (1, 25)
 ORT_COL2IM_3D = (1, 28)
+#: GridSample reflection with align_corners=1 on a size-1 axis (an empty reflection range, so
+#: GsReflect divides by zero and converts inf to an int) reads outside the input in
+#: onnxruntime 1.23: NaN in some runs (https://github.com/microsoft/onnxruntime/pull/27975);
+#: 1.32 is the first release seen right. The ONNX reference divides by zero too: not compared
+ORT_GRID_SAMPLE_REFLECT_1PX = (1, 32)
 
 
 def _rng(seed):
@@ -74,6 +79,8 @@ def test_grid_sample_2d_matches_ort(opset, padding, align):
         for s, o in (((5, 7), (4, 6)), ((1, 3), (2, 2)), ((2, 1), (3, 1))):
             x = rng.standard_normal((2, 3) + s).astype(np.float32)
             grid = rng.uniform(-1.5, 1.5, (2,) + o + (2,)).astype(np.float32)
+            if padding == "reflection" and align and 1 in s and ort_predates(ORT_GRID_SAMPLE_REFLECT_1PX):
+                continue
             check("GridSample", [x, grid], {"mode": mode, "padding_mode": padding, "align_corners": align}, opset)
 
 
