@@ -165,11 +165,20 @@ def _pool_feeds(c=3, dtype=np.float32):
     return [{"x": _x(n, c, h, w, dtype=dtype)} for n, h, w in SHAPES]
 
 
+def _include_pad_reference(include_pad: int) -> dict:
+    """With count_include_pad=1, onnxruntime < 1.25 divides by a wrong count on asymmetric pads
+    (https://github.com/microsoft/onnxruntime/pull/27375): compare with the ONNX reference there."""
+    from tests.conftest import ort_predates
+    if include_pad and ort_predates((1, 25)):
+        return {"ort_check": False, "reference_check": True}
+    return {}
+
+
 @pytest.mark.parametrize("attrs", POOL_ATTRS)
 @pytest.mark.parametrize("include_pad", [0, 1])
 def test_average_pool(attrs, include_pad, handovers):
     m = _model("AveragePool", dict(attrs, count_include_pad=include_pad), ["n", 3, "h", "w"], opset=19)
-    _check(m, _pool_feeds(), fast_op="AveragePool", handovers=handovers)
+    _check(m, _pool_feeds(), fast_op="AveragePool", handovers=handovers, **_include_pad_reference(include_pad))
 
 
 @pytest.mark.parametrize("attrs,opset", [(a, o) for a in POOL_ATTRS[:9] for o in (7, 11)
@@ -177,7 +186,7 @@ def test_average_pool(attrs, include_pad, handovers):
 def test_average_pool_earlier_opsets(attrs, opset, handovers):
     """(ceil_mode is AveragePool-10, dilations AveragePool-19.)"""
     m = _model("AveragePool", dict(attrs, count_include_pad=1), ["n", 3, "h", "w"], opset=opset)
-    _check(m, _pool_feeds(), fast_op="AveragePool", handovers=handovers)
+    _check(m, _pool_feeds(), fast_op="AveragePool", handovers=handovers, **_include_pad_reference(1))
 
 
 @pytest.mark.parametrize("attrs", POOL_ATTRS)
