@@ -64,11 +64,6 @@ def _covers(a, k) -> bool:
     return a.since_version <= k.since_version and _end(a) >= _end(k)
 
 
-def _overlaps(a, b) -> bool:
-    dtypes = a.dtypes is None or b.dtypes is None or bool(set(a.dtypes) & set(b.dtypes))
-    return a.device == b.device and a.since_version <= _end(b) and b.since_version <= _end(a) and dtypes
-
-
 def plugin_entries(registry=None, manager=None) -> list[dict]:
     """Every registered plugin, the builtin one first, then by name, as dicts with keys
     ``name``, ``source`` ("builtin", "entry point" or "registered at run time"),
@@ -79,7 +74,7 @@ def plugin_entries(registry=None, manager=None) -> list[dict]:
     ``wins`` ("yes": no kernel is tried before it; "partly": kernels of a higher priority
     take some of its dtypes or opsets; "no": they take all of them) and ``ahead`` (those
     kernels: ``plugin`` and ``dtypes``)."""
-    from .registry import get_registry, plugin_manager
+    from .registry import get_registry, kernels_overlap, plugin_manager
     registry = registry or get_registry()
     manager = manager or plugin_manager()
     origins = _origins()
@@ -98,7 +93,7 @@ def plugin_entries(registry=None, manager=None) -> list[dict]:
         kernels = registry.kernels(dom, op_type)   # highest priority first
         for i, k in enumerate(kernels):
             if k.plugin in by_plugin:
-                ahead = [a for a in kernels[:i] if a.priority > k.priority and _overlaps(a, k)]
+                ahead = [a for a in kernels[:i] if a.priority > k.priority and kernels_overlap(a, k)]
                 by_plugin[k.plugin]["kernels"].append(_kernel_record(k, ahead))
     for rw in registry.rewrites():
         if rw.plugin in by_plugin:

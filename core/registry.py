@@ -142,11 +142,16 @@ def _ranges_overlap(a: KernelDef, b: KernelDef) -> bool:
     return a.since_version <= b_end and b.since_version <= a_end
 
 
+def kernels_overlap(a: KernelDef, b: KernelDef) -> bool:
+    """Some node could take either kernel: same device, overlapping opsets and dtypes."""
+    return (a.device == b.device and _ranges_overlap(a, b)
+            and (a.dtypes is None or b.dtypes is None or bool(a.dtypes & b.dtypes)))
+
+
 def _check_conflicts(group: list[KernelDef]) -> None:
     for i, a in enumerate(group):
         for b in group[i + 1:]:
-            if (a.priority == b.priority and a.device == b.device and _ranges_overlap(a, b)
-                    and (a.dtypes is None or b.dtypes is None or a.dtypes & b.dtypes)):
+            if a.priority == b.priority and kernels_overlap(a, b):
                 raise KernelConflictError(
                     f"kernels for {a.domain or 'ai.onnx'}::{a.op_type} conflict: plugin '{a.plugin}' "
                     f"(opsets {a.since_version}..{a.end_version or 'latest'}) and plugin '{b.plugin}' "

@@ -329,13 +329,11 @@ def _conv_scratch(ctx) -> list:
         return nn._conv_scratch(ctx)
     if loop.mode != "columns":
         return []
-    cdtype = nn._conv_setup(ctx)[4]
-    buffers = [((math.prod(loop.padded),), cdtype)]
-    x, w = ctx.shape(0), ctx.shape(1)
-    pixels = math.prod(nn._conv_setup(ctx)[2])
-    buffers.append(((x[1] * loop.kernel[0] * loop.kernel[1] * pixels,), cdtype))
+    _, _, out, (_, c, m, k), cdtype, _ = nn._conv_setup(ctx)
+    pixels = math.prod(out)
+    buffers = [((math.prod(loop.padded),), cdtype), ((c * k * pixels,), cdtype)]
     if loop.depth > loop.block:
-        buffers.append(((w[0] * pixels,), cdtype))
+        buffers.append(((m * pixels,), cdtype))
     return buffers
 
 
