@@ -20,6 +20,7 @@ import numpy as np
 
 from .dtypes import ValueType, merge_types, type_known, value_type_of
 from .errors import DimParamMismatch
+from .limits import allocation_error, is_allocation_failure
 from .executor import ExecutionContext, RunStats, check_plan_memory
 from .fpstate import quiet_floating_point, quiet_off, quiet_on
 from .graph import PreparedGraph
@@ -75,8 +76,9 @@ class Engine:
     def __init__(self, pg: PreparedGraph, registry: Registry, input_dims: dict, input_dtypes: dict,
                  input_names: Sequence[str], allocator: str = "pool", *, validate: bool = False,
                  strict_dim_params: bool = False, plan_cache_size: int = 8, name: str = "model",
-                 input_values: Optional[dict] = None, optimize: bool = False):
+                 input_values: Optional[dict] = None, optimize: bool = False, memory_limit: Optional[int] = None):
         self.pg = pg
+        self.memory_limit = memory_limit
         self.optimize = optimize   # subgraphs (If/Loop/Scan bodies) run the graph rewrites too
         self.registry = registry
         self.input_dims = input_dims
@@ -128,7 +130,7 @@ class Engine:
         try:
             return self._idle.pop()
         except IndexError:
-            ctx = ExecutionContext(self.validate)
+            ctx = ExecutionContext(self.validate, max_bindings=self.plan_cache_size)
             with self._lock:
                 self._contexts.append(ctx)
             return ctx
@@ -206,8 +208,10 @@ class Engine:
                 out = [values[slots[i]] for i in wanted]
             stats.runs += 1
             return out
-        except Exception:
+        except Exception as exc:
             stats.failed_runs += 1
+            if is_allocation_failure(exc) or isinstance(exc, RecursionError):
+                raise allocation_error(exc, f"running graph '{self.name}'", limit=self.memory_limit) from exc
             raise
         finally:
             quiet_off(token)
@@ -246,7 +250,8 @@ class Engine:
 
     def _compile(self, input_dims: dict, input_dtypes: Optional[dict] = None) -> Program:
         return Program(self.pg, self.registry, input_dims, input_dtypes or self.input_dtypes, self.allocator,
-                       self.input_values, self.name, validate=self.validate, optimize=self.optimize)
+                       self.input_values, self.name, validate=self.validate, optimize=self.optimize,
+                       memory_limit=self.memory_limit)
 
     # --- dim_params as hints -------------------------------------------------------------
     def _bind(self, feeds: Sequence) -> tuple[Program, tuple]:

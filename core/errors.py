@@ -9,6 +9,13 @@ from __future__ import annotations
 __all__ = [
     "DynashapeError",
     "ModelLoadError",
+    "InvalidModelError",
+    "DuplicateNameError",
+    "UndefinedValueError",
+    "InvalidAttributeError",
+    "ExternalDataError",
+    "NestingLimitError",
+    "ResourceLimitError",
     "InvalidFeedError",
     "InputNameError",
     "InputRankMismatch",
@@ -35,6 +42,56 @@ class DynashapeError(Exception):
 
 class ModelLoadError(DynashapeError, ValueError):
     """The model could not be read or is not a valid ONNX graph."""
+
+
+class InvalidModelError(ModelLoadError):
+    """The model breaks a rule of ONNX (IR.md, or an operator's schema in ``onnx.defs``) that
+    onnxruntime also enforces at load. ``node`` and ``op_type`` name the offending node
+    ("" for a graph-level rule), ``graph`` the (sub)graph."""
+
+    def __init__(self, message: str, *, node: str = "", op_type: str = "", graph: str = ""):
+        super().__init__(message)
+        self.node = node
+        self.op_type = op_type
+        self.graph = graph
+
+
+class DuplicateNameError(InvalidModelError):
+    """A value name is defined twice (IR.md "Names Within a Graph": SSA): two nodes writing it,
+    a node writing a graph input or initializer, or a graph input listed twice."""
+
+
+class UndefinedValueError(InvalidModelError):
+    """A graph output or node input names a value nothing defines (or a cycle)."""
+
+
+class InvalidAttributeError(InvalidModelError, TypeError):
+    """A node attribute has the wrong type for its schema, a required one is missing, an
+    unknown one is given, or the attributes break the operator's own rule (Split-18 with
+    neither ``split`` nor ``num_outputs``)."""
+
+
+class ExternalDataError(ModelLoadError):
+    """An external-data reference is unsafe (absolute, ``..``, a symlink leaving the model's
+    directory), missing, out of the file's bounds, or cannot be resolved (bytes without a
+    base directory)."""
+
+
+class NestingLimitError(ModelLoadError):
+    """Subgraphs (If/Loop/Scan bodies) are nested deeper than dynashape supports."""
+
+
+class ResourceLimitError(DynashapeError, MemoryError):
+    """A plan, one tensor or an allocation would exceed the session's ``memory_limit``, an
+    element count overflows int64, or the operating system refused the memory. ``node`` names
+    the node ("" for a whole plan), ``nbytes`` the bytes asked for (None where unknown) and
+    ``limit`` the session's limit in bytes."""
+
+    def __init__(self, message: str, *, node: str = "", nbytes: "int | None" = None, limit: "int | None" = None):
+        super().__init__(message)
+        self.node = node
+        self.nbytes = nbytes
+        self.limit = limit
 
 
 class InvalidFeedError(DynashapeError, ValueError):

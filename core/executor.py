@@ -34,7 +34,8 @@ __all__ = ["Arena", "ExecutionContext", "RunStats", "MAX_CONTINUATIONS", "TRUSTE
 
 #: Plans kept per binding point (the next segment, by the values of the symbols it binds).
 MAX_CONTINUATIONS = 32
-#: Plans an execution context keeps buffers bound for (about twice a plan cache).
+#: Plans an execution context keeps buffers bound for, at most (and at most the plan cache size:
+#: a naive binding holds every tensor of its plan, and must not outlive the plan in the cache).
 MAX_BINDINGS = 16
 #: An arena that grows takes at least this many times its old capacity.
 GROWTH = 1.5
@@ -105,9 +106,11 @@ class RunStats:
 class ExecutionContext:
     """What one run at a time owns: arenas (one per segment), bound buffers, counters."""
 
-    def __init__(self, validate: bool = False):
+    def __init__(self, validate: bool = False, max_bindings: int = MAX_BINDINGS):
         self.arenas: list[Arena] = []
         self.bindings: dict = {}
+        #: plans whose bound buffers are kept (naive: every tensor of the plan; pool: views)
+        self.max_bindings = max(1, min(MAX_BINDINGS, max_bindings))
         self.stats = RunStats()
         self.validate = validate
         self.last_values: Optional[list] = None
@@ -141,7 +144,7 @@ class ExecutionContext:
         else:
             arena, buf, generation = None, None, 0
         buffers = seg.bind(buf, plan.shapes, plan.offsets)
-        if len(self.bindings) >= MAX_BINDINGS:
+        if len(self.bindings) >= self.max_bindings:
             self.bindings.pop(next(iter(self.bindings)))
         self.bindings[id(plan)] = (plan, arena, generation, buffers)
         return buffers
@@ -214,7 +217,7 @@ def _run_binding_nodes(program: Program, seg: Segment, v: list, profiler=None) -
         pn = pg.nodes[idx]
         ins = [v[i] if i >= 0 else None for i in slots]
         t0 = time.perf_counter()
-        outs = run_dynamic(pn, program.registry, ins, program.services, kernel, prepared)
+        outs = run_dynamic(pn, program.registry, ins, program.services, kernel, prepared, program.memory_limit)
         if profiler is not None:
             profiler.node_event(pn.node, idx, t0, time.perf_counter(), ins, outs)
         for o, a in zip(pn.outputs, outs):

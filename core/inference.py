@@ -12,7 +12,8 @@ from typing import Optional
 
 import numpy as np
 
-from .errors import DynashapeError
+from .errors import DynashapeError, ResourceLimitError
+from .limits import check_tensor, is_allocation_failure, resolve_memory_limit
 from .graph import PreparedGraph
 from .node import NodeServices, choose_kernel, has_subgraph, infer, make_context, run_once
 from .registry import Registry
@@ -20,11 +21,15 @@ from .registry import Registry
 __all__ = ["fold_constants"]
 
 
-def fold_constants(pg: PreparedGraph, registry: Registry, services: Optional[NodeServices] = None) -> int:
+def fold_constants(pg: PreparedGraph, registry: Registry, services: Optional[NodeServices] = None,
+                   memory_limit: Optional[int] = None) -> int:
     """Fold every deterministic node whose inputs are all constants; returns how many.
 
     A node that fails here is kept: the error then surfaces, with its node, when it runs.
+    So is one whose output would be over ``memory_limit`` bytes (default: the machine's
+    memory, :mod:`dynashape.limits`): its plan then raises ResourceLimitError.
     """
+    limit = memory_limit if memory_limit is not None else resolve_memory_limit(None)
     n = len(pg.names)
     shapes: list = [None] * n
     dtypes: list = [None] * n
@@ -40,9 +45,17 @@ def fold_constants(pg: PreparedGraph, registry: Registry, services: Optional[Nod
         try:
             ctx = make_context(pn, shapes, dtypes, values, services)
             infer(pn, ctx)
+            if not _fits(ctx, limit):
+                kept.append(pn)
+                continue
             kernel = choose_kernel(registry, pn, ctx)
             outs = [np.asarray(o) for o in run_once(pn, kernel, ctx, [values[i] if i >= 0 else None for i in ins])]
-        except DynashapeError:
+        except (DynashapeError, MemoryError):
+            kept.append(pn)
+            continue
+        except ValueError as exc:   # numpy's "array is too big"
+            if not is_allocation_failure(exc):
+                raise
             kept.append(pn)
             continue
         for o, v in zip(pn.outputs, outs):
@@ -53,3 +66,15 @@ def fold_constants(pg: PreparedGraph, registry: Registry, services: Optional[Nod
     pg.nodes = kept
     pg.producer = {o: i for i, pn in enumerate(kept) for o in pn.outputs if o >= 0}
     return folded
+
+
+def _fits(ctx, limit: int) -> bool:
+    """Every inferred output shape is known to fit in ``limit`` bytes (unknown: assumed to)."""
+    for shape, dtype in zip(ctx.output_shapes or (), ctx.output_dtypes or ()):
+        if shape is None or not all(isinstance(d, (int, np.integer)) for d in shape):
+            continue
+        try:
+            check_tensor(shape, np.dtype(dtype).itemsize if isinstance(dtype, np.dtype) else 1, limit, "output")
+        except ResourceLimitError:
+            return False
+    return True

@@ -18,8 +18,10 @@ import onnx
 from onnx import AttributeProto, numpy_helper
 
 from .dtypes import OptionalType, SequenceType, np_dtype, type_string, value_type_string
-from .errors import ModelLoadError
+from .errors import ModelLoadError, NestingLimitError
+from .external_data import external_tensors, load_external_data
 from .symbolic import Dim, sym
+from .validate import validate_model
 
 __all__ = ["DimSpec", "ValueInfo", "Node", "Graph", "Model", "load_model", "FIXED", "SYMBOLIC", "UNKNOWN"]
 
@@ -258,33 +260,50 @@ def _graph(g: onnx.GraphProto) -> Graph:
     )
 
 
-def load_model(model: Union[str, os.PathLike, bytes, onnx.ModelProto]) -> Model:
-    """Read a model from a path, serialized bytes or a ``ModelProto``.
+def load_model(model: Union[str, os.PathLike, bytes, onnx.ModelProto],
+               external_data_dir: Optional[Union[str, os.PathLike]] = None) -> Model:
+    """Read a model from a path, serialized bytes or a ``ModelProto``, read its external data
+    (from the model's directory, or ``external_data_dir`` for bytes and protos; see
+    :mod:`dynashape.external_data`) and check it (:mod:`dynashape.validate`). A given
+    ``ModelProto`` is never modified.
 
     Raises:
-        ModelLoadError: the file is missing or not a valid ONNX model.
+        ModelLoadError: the file is missing or not a valid ONNX model; its subclasses
+            ExternalDataError (an unsafe or missing external-data reference) and those of
+            :func:`dynashape.validate.validate_model`.
     """
+    base_dir = os.fspath(external_data_dir) if external_data_dir is not None else None
     try:
         if isinstance(model, onnx.ModelProto):
             proto = model
+            if next(external_tensors(proto), None) is not None:
+                proto = onnx.ModelProto()
+                proto.CopyFrom(model)
         elif isinstance(model, (bytes, bytearray, memoryview)):
             proto = onnx.load_from_string(bytes(model))
         elif isinstance(model, (str, os.PathLike)):
             if not os.path.exists(model):
                 raise ModelLoadError(f"model file '{model}' does not exist")
-            proto = onnx.load(os.fspath(model))
+            proto = onnx.load(os.fspath(model), load_external_data=False)
+            if base_dir is None:
+                base_dir = os.path.dirname(os.path.abspath(os.fspath(model)))
         else:
             raise ModelLoadError(f"cannot load a model from {type(model).__name__}; "
                                  "expected a path, bytes or onnx.ModelProto")
     except ModelLoadError:
         raise
     except Exception as exc:
+        if "MaxDepth" in str(exc):   # protobuf (upb) stops at 100 nested messages
+            raise NestingLimitError("the model nests messages deeper than protobuf parses (100 levels: about 32 "
+                                    f"levels of If/Loop/Scan bodies inside each other): {exc}") from exc
         raise ModelLoadError(f"could not parse the ONNX model: {exc}") from exc
     opsets = {}
     for o in proto.opset_import:
         opsets["" if o.domain == "ai.onnx" else o.domain] = int(o.version)
     if "" not in opsets and proto.ir_version < 3:
         opsets[""] = 1
+    load_external_data(proto, base_dir)
+    validate_model(proto, opsets)
     try:
         graph = _graph(proto.graph)
     except ModelLoadError:

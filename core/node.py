@@ -18,6 +18,7 @@ from .dtypes import ValueType, value_type_of
 from .errors import DynashapeError, ExecutionError, PluginContractError
 from .fpstate import quiet_floating_point
 from .graph import PreparedNode
+from .limits import allocation_error, check_tensor, is_allocation_failure
 from .records import InferContext, KernelDef
 from .registry import Registry
 from .symbolic import Expr, strict_comparisons
@@ -173,15 +174,23 @@ def run_kernel(pn: PreparedNode, compute, prepared: Any, arrays: Sequence, outs:
     except DynashapeError:
         raise
     except Exception as exc:
+        if is_allocation_failure(exc) or isinstance(exc, RecursionError):
+            raise allocation_error(exc, f"{pn.node.op_type} node '{pn.node.name}'", pn.node.name) from exc
         raise ExecutionError(f"{pn.node.op_type} node '{pn.node.name}' failed: {type(exc).__name__}: {exc}") from exc
     return list(res) if res is not None else outs
 
 
 def run_once(pn: PreparedNode, kernel: KernelDef, ctx: InferContext, arrays: Sequence,
-             prepared: Any = None) -> list:
+             prepared: Any = None, memory_limit: Optional[int] = None) -> list:
     """Prepare the kernel for ``ctx`` (unless ``prepared`` is given), allocate the outputs as
     inferred (None where a shape is not concrete) and run it once, floating-point errors
-    quiet as in a run (Log(0) folds to -inf without a warning)."""
+    quiet as in a run (Log(0) folds to -inf without a warning). With ``memory_limit`` an
+    inferred output over it raises ResourceLimitError before anything is allocated."""
+    if memory_limit is not None:
+        for k, (s, d) in enumerate(zip(ctx.output_shapes, ctx.output_dtypes)):
+            if _all_ints(s) and isinstance(d, np.dtype):
+                check_tensor(s, d.itemsize, memory_limit,
+                             f"output {k} of {pn.node.op_type} node '{pn.node.name}'", pn.node.name)
     outs = [np.empty(s, dtype=d) if _all_ints(s) and d is not None else None
             for s, d in zip(ctx.output_shapes, ctx.output_dtypes)]
     n = len(outs)
@@ -194,7 +203,7 @@ def run_once(pn: PreparedNode, kernel: KernelDef, ctx: InferContext, arrays: Seq
 
 
 def run_dynamic(pn: PreparedNode, registry: Registry, arrays: Sequence, services: Optional[NodeServices],
-                kernel: Optional[KernelDef] = None, prepared: Any = None) -> list:
+                kernel: Optional[KernelDef] = None, prepared: Any = None, memory_limit: Optional[int] = None) -> list:
     """Infer, choose the kernel (unless given) and run a node whose shapes are only known now.
 
     ``arrays`` are its inputs and then the outer-scope values of its subgraphs; ``prepared``
@@ -203,7 +212,7 @@ def run_dynamic(pn: PreparedNode, registry: Registry, arrays: Sequence, services
     infer(pn, ctx)
     if kernel is None:
         kernel = choose_kernel(registry, pn, ctx)
-    return run_once(pn, kernel, ctx, arrays, prepared)
+    return run_once(pn, kernel, ctx, arrays, prepared, memory_limit)
 
 
 # folding ------------------------------------------------------------------------------

@@ -21,11 +21,12 @@ from typing import Any, Optional
 import numpy as np
 
 from .codegen import CodeWriter
-from .errors import DynashapeError, ExecutionError, PlanCheckError
+from .errors import DynashapeError, ExecutionError, PlanCheckError, ResourceLimitError
+from .limits import allocation_error, check_tensor, format_bytes, is_allocation_failure
 from .node import STATIC, fold, infer, make_context
 from .planner import Block, MemoryPlan, align, lower_bound, naive_bytes, order_by_offset, plan_offsets, write_layout
 from .records import InferContext
-from .program import Program, Segment
+from .program import FBLOCK, FRESH, Program, Segment
 from .symbolic import evaluate
 from .symbolic_inference import BINDING, FOLDED
 
@@ -146,9 +147,11 @@ def build_plan(program: Program, segment: Segment, env: dict, known: Optional[li
         plan.values.extend(zip(segment.value_slots, values))
     plan.prepared = _prepared(segment.steps, segment.static_prepared, segment.symbolic_positions,
                               segment.concrete_positions, symbolic_prepared, shapes, vals, program)
+    check_tensor_limit(plan, segment, shapes, sizes)
     if segment.plan_nodes:
         _run_plan_nodes(plan, segment, symbolic_prepared, shapes, vals, args)
     _layout(plan, segment, sizes)
+    check_arena_limit(plan)
     plan.planning_ms = (time.perf_counter() - t0) * 1e3
     return plan
 
@@ -195,7 +198,7 @@ def _run_plan_nodes(plan: Plan, segment: Segment, symbolic_prepared: tuple, shap
         plan.values.extend((o, vals[o]) for o in segment.plan_outputs)
 
 
-def step_error(steps: list, lines: dict, name: str, exc: Exception) -> ExecutionError:
+def step_error(steps: list, lines: dict, name: str, exc: Exception) -> DynashapeError:
     """An ExecutionError naming the node whose kernel raised inside generated code ``name``."""
     tb = exc.__traceback__
     pos = None
@@ -205,8 +208,12 @@ def step_error(steps: list, lines: dict, name: str, exc: Exception) -> Execution
             pos = lines.get(tb.tb_lineno)
         tb = tb.tb_next
     if pos is None:
+        if is_allocation_failure(exc):
+            return allocation_error(exc, "a run")
         return ExecutionError(f"execution failed: {type(exc).__name__}: {exc}")
     node = steps[pos].node.node
+    if is_allocation_failure(exc) or isinstance(exc, RecursionError):
+        return allocation_error(exc, f"{node.op_type} node '{node.name}'", node.name)
     return ExecutionError(f"{node.op_type} node '{node.name}' failed: {type(exc).__name__}: {exc}")
 
 
@@ -239,6 +246,42 @@ def _layout(plan: Plan, segment: Segment, sizes: tuple) -> None:
     layout = w.compile()["layout"]
     with plan.program.cache_lock:
         segment.layouts = [(order, layout)] + [x for x in segment.layouts if x[0] != order][:MAX_LAYOUTS - 1]
+
+
+def check_tensor_limit(plan: Plan, segment: Segment, shapes: tuple, sizes: tuple) -> None:
+    """Raise ResourceLimitError, before anything is allocated (and before the plan nodes
+    run), when one tensor of the plan is over the program's memory_limit or its element
+    count overflows int64. Arena blocks are checked by their sizes, the other outputs one
+    by one (plan nodes' outputs, graph outputs: few)."""
+    limit = plan.program.memory_limit
+    if segment.fresh_specs is None:
+        segment.fresh_specs = [(st, k) for st in segment.plan_nodes for k in range(len(st.outs))]
+        segment.fresh_specs += [(st, k) for st in segment.steps for k, spec in enumerate(st.outs)
+                                if spec.kind == FRESH or spec.kind == FBLOCK and spec.owner]
+    big = bool(sizes) and max(sizes) > limit
+    for st, k in (_all_specs(segment) if big else segment.fresh_specs):
+        spec = st.outs[k]
+        shape = shapes[spec.sid] if spec.sid >= 0 else None
+        if shape is not None:
+            node = st.node.node
+            name = plan.program.slot_names[(st.outputs + st.scratch)[k]]
+            check_tensor(shape, np.dtype(spec.dtype).itemsize if spec.dtype is not None else 1, limit,
+                         f"output '{name}' of {node.op_type} node '{node.name}'", node.name)
+
+
+def check_arena_limit(plan: Plan) -> None:
+    """Raise ResourceLimitError when the plan's arena (naive: the sum of its buffers) is over
+    the program's memory_limit."""
+    limit = plan.program.memory_limit
+    if plan.arena_bytes > limit:
+        raise ResourceLimitError(f"the plan for these input shapes needs {format_bytes(plan.arena_bytes)} "
+                                 f"({plan.arena_bytes} bytes) of intermediate tensors, over the session's "
+                                 f"memory_limit of {format_bytes(limit)} ({limit} bytes)",
+                                 nbytes=plan.arena_bytes, limit=limit)
+
+
+def _all_specs(segment: Segment) -> list:
+    return [(st, k) for st in segment.plan_nodes + segment.steps for k in range(len(st.outs))]
 
 
 # --- the same numbers by per-node inference ---------------------------------------------

@@ -30,6 +30,7 @@ import numpy as np
 from .codegen import CodeWriter, ExprCoder
 from .dtypes import ValueType
 from .graph import PreparedGraph, PreparedNode
+from .limits import resolve_memory_limit
 from .node import CONCRETE, STATIC, SYMBOLIC, NodeServices, PrepareTrace, trace_prepare, trace_scratch
 from .planner import StepSpec, lifetimes
 from .registry import Registry
@@ -89,6 +90,7 @@ class Segment:
     checks: list = field(default_factory=list)      # (slot, rank, ((axis, int dim), ...)) to verify
     shapes: list = field(default_factory=list)      # sid -> symbolic shape
     shape_slots: list = field(default_factory=list) # sid -> slots with that shape
+    shaped: set = field(default_factory=set)        # slots already in shape_slots
     shape_ids: dict = field(default_factory=dict)   # symbolic shape -> sid
     arena_arrays: list = field(default_factory=list)  # (sid, dtype, block index) per array bind makes
     value_slots: list = field(default_factory=list) # vid -> slot of a folded value made per signature
@@ -109,6 +111,7 @@ class Segment:
     plan_outputs: list = field(default_factory=list)          # slots the plan nodes write
     layouts: list = field(default_factory=list)     # [(order, layout fn)], most recent first
     source: dict = field(default_factory=dict)
+    fresh_specs: Optional[list] = None  # (step, OutSpec) of the outputs allocated outside the arena
 
     @property
     def empty(self) -> bool:
@@ -125,13 +128,17 @@ class Program:
         input_dtypes: input slot -> numpy dtype or None.
         allocator: ``"pool"`` (arena per segment, in place) or ``"naive"`` (a buffer per tensor).
         input_values: input slot -> value known when compiling (subgraph scopes), optional.
+        memory_limit: bytes one tensor or one plan may take (``dynashape.limits``; default
+            the machine's memory).
     """
 
     def __init__(self, pg: PreparedGraph, registry: Registry, input_dims: dict, input_dtypes: dict,
                  allocator: str = "pool", input_values: Optional[dict] = None, name: str = "graph",
-                 validate: bool = False, optimize: bool = False):
+                 validate: bool = False, optimize: bool = False, memory_limit: Optional[int] = None):
         self.pg = pg
         self.optimize = optimize
+        #: the bytes one tensor or one plan may take (``dynashape.limits``)
+        self.memory_limit = memory_limit if memory_limit is not None else resolve_memory_limit(None)
         self.registry = registry
         self.allocator = allocator
         self.validate = validate
@@ -159,6 +166,7 @@ class Program:
         self._make_steps()
         self._make_memory()
         self._mark_needed()
+        self._plan_made: dict = {}   # plan output slot -> the symbols its value is a function of
         for seg in self.segments:
             self._generate(seg)
         self.binder = self._make_binder()
@@ -339,7 +347,8 @@ class Program:
             sid = seg.shape_ids[shape] = len(seg.shapes)
             seg.shapes.append(shape)
             seg.shape_slots.append([])
-        if slot not in seg.shape_slots[sid]:
+        if slot not in seg.shaped:
+            seg.shaped.add(slot)
             seg.shape_slots[sid].append(slot)
         return sid
 
@@ -466,10 +475,12 @@ class Program:
     def _plan_dependencies(self, seg: Segment) -> list:
         """Per plan node, the positions (in ``seg.symbols``) of the symbols its outputs are a
         function of: those in its inputs' and outputs' shapes, its inputs' symbolic values
-        and, through plan values, those of the plan nodes before it."""
+        and, through plan values, those of the plan nodes before it, in this segment or an
+        earlier one (segments are generated in order; a later segment knows every symbol an
+        earlier one does)."""
         sg = self.sg
         position = {name: k for k, name in enumerate(seg.symbols)}
-        made: dict = {}
+        made: dict = self._plan_made
 
         def of(slot: int) -> set:
             if slot < 0:
@@ -620,7 +631,7 @@ class Program:
             dtypes[name] = self.sg.dtypes[slot]
         return SubgraphRunner(graph, self.pg.opsets, self.registry, allocator=self.allocator,
                               outer_dims=dims, outer_dtypes=dtypes, outer_constants=constants,
-                              validate=self.validate, optimize=self.optimize)
+                              validate=self.validate, optimize=self.optimize, memory_limit=self.memory_limit)
 
     # --- reports -------------------------------------------------------------------------
     def describe(self) -> dict:

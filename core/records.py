@@ -76,6 +76,10 @@ class OpDef:
         deterministic: False for random ops: never constant-folded. Also False for ops that
             make a sequence or optional from tensors alone (SequenceEmpty, SplitToSequence...):
             a container is never a host constant, so constant folding must not run them.
+        check_node: optional ``(node, opset) -> message or None``, run once when the model
+            is loaded: a rule of the op's attributes and input/output counts the schema's
+            types cannot say (Split-18 needs ``split`` or ``num_outputs``). A message fails
+            the load with ``InvalidAttributeError`` naming the node.
         plugin: set by the registry to the name of the plugin that registered the record.
     """
 
@@ -90,6 +94,7 @@ class OpDef:
     aliases: tuple = ()
     data_dependent: bool = False
     deterministic: bool = True
+    check_node: Optional[Callable[[Any, int], Optional[str]]] = None
     plugin: str = ""
 
 

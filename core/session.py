@@ -13,7 +13,7 @@ import os
 import time
 import warnings
 from dataclasses import dataclass, replace
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import onnx
@@ -25,6 +25,7 @@ from .errors import (DimParamMismatch, InputDtypeMismatch, InputFixedDimMismatch
 from .executor import Arena, RunStats
 from .graph import PreparedGraph, input_dims, prepare_graph
 from .inference import fold_constants
+from .limits import resolve_memory_limit
 from .model import FIXED, SYMBOLIC, Model, ModelMetadata, ValueInfo, load_model, model_metadata
 from .optimize import optimize_graph
 from .options import RunOptions, SessionOptions, resolve_providers, session_settings, warn_once
@@ -201,10 +202,23 @@ class InferenceSession:
             variable ``DYNASHAPE_OPTIMIZE`` (``0`` turns them off); ``sess_options`` with
             ``graph_optimization_level = ORT_DISABLE_ALL`` turns them off too.
 
+        memory_limit: the bytes one tensor, or all intermediate tensors of one plan, may take
+            (an int, or a string such as ``"8GiB"``). Default: ``DYNASHAPE_MEMORY_LIMIT``,
+            else the machine's memory (physical RAM or the container's cgroup limit). A plan
+            over it raises ``ResourceLimitError`` before allocating (:mod:`dynashape.limits`).
+        external_data_dir: the directory external-data files are read from when the model
+            is given as bytes or a ``ModelProto`` (a path reads them from the model's own
+            directory). Every reference must resolve inside it: absolute paths, ``..`` and
+            symlinks leaving it raise ``ExternalDataError`` (:mod:`dynashape.external_data`).
+
         **kwargs: onnxruntime's ``disabled_optimizers`` / ``read_config_from_model`` (no effect).
 
     Raises:
-        ModelLoadError: the model cannot be read.
+        ModelLoadError: the model cannot be read, or breaks a rule of ONNX that onnxruntime
+            also enforces (:mod:`dynashape.validate`: ``DuplicateNameError``,
+            ``UndefinedValueError``, ``InvalidAttributeError``, ``NestingLimitError``), or an
+            external-data reference is unsafe or missing (``ExternalDataError``).
+        ResourceLimitError: a constant the model makes at load is over ``memory_limit``.
         UnsupportedOperatorError: an operator has no definition for the model's opset.
         InvalidArgumentError: malformed ``sess_options``, ``providers`` or ``provider_options``.
         ValueError: an unknown allocator.
@@ -214,7 +228,9 @@ class InferenceSession:
     def __init__(self, path_or_bytes: Any, sess_options: Optional[SessionOptions] = None, providers: Any = None,
                  provider_options: Any = None, *, allocator: Optional[str] = None, plan_cache_size: int = 8,
                  validate_memory: Optional[bool] = None, strict_dim_params: bool = False,
-                 optimize: Optional[bool] = None, compiled_kernels: bool = True, **kwargs: Any):
+                 optimize: Optional[bool] = None, compiled_kernels: bool = True,
+                 memory_limit: Union[int, str, None] = None, external_data_dir: Optional[str] = None,
+                 **kwargs: Any):
         _check_ort_kwargs(kwargs)
         settings = session_settings(sess_options, allocator)
         if settings.allocator not in ALLOCATORS:
@@ -227,14 +243,17 @@ class InferenceSession:
         self.validate_memory = (os.environ.get("DYNASHAPE_VALIDATE_MEMORY", "") in ("1", "true")
                                 if validate_memory is None else bool(validate_memory))
         self._profiler = Profiler(settings.profile_prefix) if settings.profile_prefix is not None else None
+        self.memory_limit = resolve_memory_limit(memory_limit)
+        self.external_data_dir = external_data_dir
         t_load = time.perf_counter()
-        self.model: Model = load_model(path_or_bytes)
+        self.model: Model = load_model(path_or_bytes, external_data_dir=external_data_dir)
         self.registry = get_registry()
         self.compiled_kernels = bool(compiled_kernels)
         if not compiled_kernels:
             self.registry = self.registry.without(frozenset({COMPILED_KERNELS_PLUGIN}))
         self.graph: PreparedGraph = prepare_graph(self.model, self.registry)
-        self.folded_nodes = fold_constants(self.graph, self.registry) if settings.fold_constants else 0
+        self.folded_nodes = (fold_constants(self.graph, self.registry, memory_limit=self.memory_limit)
+                             if settings.fold_constants else 0)
         if optimize is None:
             optimize = os.environ.get("DYNASHAPE_OPTIMIZE", "1") not in ("0", "false", "off")
         self.optimize = bool(optimize) and settings.fold_constants
@@ -248,7 +267,7 @@ class InferenceSession:
         self.engine = Engine(self.graph, self.registry, dims, dtypes, [vi.name for vi in self._inputs],
                              self.allocator, validate=self.validate_memory, strict_dim_params=self.strict_dim_params,
                              plan_cache_size=plan_cache_size, name=self.model.graph.name or "model",
-                             optimize=self.optimize)
+                             optimize=self.optimize, memory_limit=self.memory_limit)
         self.engine.profiler = self._profiler
         self.engine.quiet = settings.quiet
         self.symbolic_inference_ms = (time.perf_counter() - t0) * 1e3
@@ -474,7 +493,8 @@ class InferenceSession:
             so = replace(self._sess_options, enable_profiling=False, intra_op_num_threads=0)
             inner = InferenceSession(proto, so, allocator=self.allocator, plan_cache_size=self.plan_cache_size,
                                      validate_memory=self.validate_memory, strict_dim_params=self.strict_dim_params,
-                                     optimize=self.optimize, compiled_kernels=self.compiled_kernels)
+                                     optimize=self.optimize, compiled_kernels=self.compiled_kernels,
+                                     memory_limit=self.memory_limit, external_data_dir=self.external_data_dir)
             inner.engine.profiler = self._profiler
             inner = self._overriding.setdefault(names, inner)
         return inner._run(output_names, input_feed)

@@ -45,13 +45,13 @@ class SubgraphRunner:
     def __init__(self, graph: Graph, opsets: Mapping[str, int], registry: Registry, allocator: str = "pool",
                  outer_dims: Optional[dict] = None, outer_dtypes: Optional[dict] = None,
                  outer_constants: Optional[dict] = None, validate: bool = False, plan_cache_size: int = 16,
-                 optimize: bool = False):
+                 optimize: bool = False, memory_limit: Optional[int] = None):
         self.graph = graph
         self.registry = registry
         self.outer = tuple(sorted(graph.outer_names()))
         constants = {k: v for k, v in (outer_constants or {}).items() if k in self.outer}
         self.prepared = pg = prepare_graph(graph, registry, dict(opsets), outer=self.outer, outer_constants=constants)
-        fold_constants(pg, registry)
+        fold_constants(pg, registry, memory_limit=memory_limit)
         taken = set(pg.names)
         dims, dtypes = {}, {}
         for vi in graph.inputs:
@@ -71,7 +71,7 @@ class SubgraphRunner:
             self.prepared = pg
         self.engine = Engine(pg, registry, dims, dtypes, self.input_names, allocator, validate=validate,
                              plan_cache_size=plan_cache_size, name=f"body-{graph.name or 'subgraph'}",
-                             optimize=optimize)
+                             optimize=optimize, memory_limit=memory_limit)
 
     def _optimized(self, pg, dims: dict, dtypes: dict, opsets, constants: dict) -> tuple:
         """The body after the graph rewrites, with its input dims by the new slots."""

@@ -102,8 +102,11 @@ def _concat_axis(ctx, rank: int) -> int:
 def _concat_plan(ctx, shapes):
     """(axis, indices of inputs that take part, reference shape) for Concat's inputs.
 
-    An empty input (a known 0 dim) whose rank or other dims do not match is skipped, as
-    onnxruntime does; any other mismatch fails with ``ConcatShapeMismatch``.
+    Every input must have the rank of the others and their dims on every other axis, empty
+    ones included (ONNX operator spec, Concat-13: "All input tensors must have the same
+    shape, except for the dimension size of the axis to concatenate on"); onnxruntime 1.32
+    skips an empty input of another shape, the spec and onnx.reference do not. A mismatch
+    fails with ``ConcatShapeMismatch``.
     """
     if not shapes:
         ctx.fail("at least one input is required", kind="ConcatNoInputs")
@@ -115,19 +118,14 @@ def _concat_plan(ctx, shapes):
     keep = []
     for i, s in enumerate(shapes):
         if len(s) != len(ref):
-            if _known_empty(s):
-                continue
             ctx.fail(f"input {i} has rank {len(s)} but input {ref_i} has rank {len(ref)}; all inputs "
                      f"must have the same rank (concat axis {axis})", kind="ConcatShapeMismatch")
         for j, (a, b) in enumerate(zip(s, ref)):
-            if j != axis and isinstance(a, int) and isinstance(b, int) and a != b:
-                if _known_empty(s):
-                    break
+            if j != axis and not ctx.assume(a, "==", b):
                 ctx.fail(f"input {i} has dim {a} on axis {j} but input {ref_i} has {b}; inputs must "
                          f"be equal on every axis except the concat axis {axis}",
                          kind="ConcatShapeMismatch")
-        else:
-            keep.append(i)
+        keep.append(i)
     return axis, keep, ref
 
 
@@ -218,7 +216,21 @@ def _split_sizes(ctx, dim, n: int):
     return [dim // n] * n
 
 
-@lib.op("Split", since_version=(1, 2, 11, 13, 18), infer_dtype=same_dtype(0), value_inputs=(1,))
+def _split_check(node, opset: int):
+    """Split-18: exactly one of input ``split`` and attribute ``num_outputs`` (ONNX operator
+    spec, Split-18; onnxruntime rejects the node otherwise)."""
+    if opset < 18:
+        return None
+    has_split = len(node.inputs) > 1 and bool(node.inputs[1])
+    has_num = "num_outputs" in node.attrs
+    if has_split == has_num:
+        return ("exactly one of input 'split' and attribute 'num_outputs' must be given, got "
+                + ("both" if has_split else "neither"))
+    return None
+
+
+@lib.op("Split", since_version=(1, 2, 11, 13, 18), infer_dtype=same_dtype(0), value_inputs=(1,),
+        check_node=_split_check)
 def _split_shape(ctx):
     """Split: cut the input along ``axis`` into the node's outputs.
 
@@ -841,8 +853,9 @@ def _pad_shape(ctx):
     """Pad: grow (or crop, for negative pads) each axis by its begin/end pads.
 
     Modes constant/reflect/edge, wrap (>=19); pads as attribute (<11) or input; input
-    ``axes`` (>=18). Raises PadsLengthMismatch, PadNegativeResult, InvalidAttribute.
-    Source: ONNX operator spec, Pad-25.
+    ``axes`` (>=18). Raises PadsLengthMismatch, PadNegativeResult, InvalidAttribute,
+    PadReflectTooLarge (reflect pads must be smaller than the dim: onnx PR #7700, as
+    onnxruntime and PyTorch). Source: ONNX operator spec, Pad-25.
     """
     shape = ctx.shape(0)
     mode = _pad_mode(ctx)
@@ -856,6 +869,9 @@ def _pad_shape(ctx):
             ctx.fail(f"pads ({b}, {e}) on axis {a} leave a negative size {n}", kind="PadNegativeResult")
         if mode != "constant" and isinstance(d, int) and d == 0 and (b > 0 or e > 0):
             ctx.fail(f"mode '{mode}' cannot pad the empty axis {a}", kind="PadEmptyAxis")
+        if mode == "reflect" and not all(ctx.assume(d, ">", p) for p in (b, e) if p > 0):
+            ctx.fail(f"mode 'reflect' needs pads smaller than the dim: pads ({b}, {e}) on axis {a} of size {d}",
+                     kind="PadReflectTooLarge")
         out.append(n)
     return [tuple(out)]
 

@@ -110,9 +110,16 @@ def test_concat_dtypes_and_empty():
     assert y.tolist() == ["a", "b", "a", "b"]
 
 
-def test_concat_empty_other_rank_skipped_and_opset1_default_axis():
-    (y,) = run_node("Concat", [np.zeros((0,), np.float32), np.ones((2, 3), np.float32)], {"axis": 1})
-    assert y.shape == (2, 3)
+def test_concat_empty_input_of_another_shape_is_an_error_and_opset1_default_axis():
+    """The spec (Concat-13) wants equal ranks and equal non-axis dims for empty inputs too;
+    onnxruntime 1.32 skips such an input, onnx.reference raises (issue 14)."""
+    with pytest.raises(dynashape.ShapeInferenceError, match="input 0 has rank 1 but input 1 has rank 2") as e:
+        run_node("Concat", [np.zeros((0,), np.float32), np.ones((2, 3), np.float32)], {"axis": 1})
+    assert e.value.kind == "ConcatShapeMismatch"
+    with pytest.raises(dynashape.ShapeInferenceError, match="input 1 has dim 3 on axis 1 but input 0 has 2"):
+        run_node("Concat", [np.ones((3, 2), np.float32), np.zeros((0, 3), np.float32)], {"axis": 0})
+    (y,) = run_node("Concat", [np.zeros((2, 0), np.float32), np.ones((2, 3), np.float32)], {"axis": 1})
+    np.testing.assert_array_equal(y, np.ones((2, 3), np.float32))
     (y,) = run_node("Concat", [f32(2, 1), f32(2, 2)], {}, opset=1)
     assert y.shape == (2, 3)
 

@@ -1,0 +1,123 @@
+"""External data read from inside one directory only (ONNX IR.md "External Tensor Data").
+
+A tensor stored outside the model names its file by ``location``, relative to the model's
+directory. A model is untrusted input, so every reference — dense initializers, both parts
+of a sparse initializer, tensors in node attributes (``Constant``'s ``value``, ``TENSORS``
+lists, sparse attributes), in any subgraph and in the model's functions — must resolve to a
+regular file inside that directory (or inside the ``external_data_dir`` given for a model
+loaded from bytes): an absolute path, a ``..`` component, or a symlink whose target lies
+outside raises :class:`~dynashape.errors.ExternalDataError`, as does a missing file or an
+``offset``/``length`` past its end. The bytes are read into the tensor (``raw_data``), so
+nothing reads the file system after load.
+"""
+from __future__ import annotations
+
+import os
+from typing import Iterator, Optional
+
+import onnx
+from onnx import AttributeProto, TensorProto
+from onnx.external_data_helper import ExternalDataInfo
+
+from .errors import ExternalDataError
+
+__all__ = ["external_tensors", "load_external_data", "resolve_location"]
+
+
+def external_tensors(model: onnx.ModelProto) -> Iterator[TensorProto]:
+    """Every TensorProto of the model whose data is external (graphs walked iteratively)."""
+    graphs = [model.graph]
+    for fn in model.functions:
+        yield from _node_tensors(fn.node, graphs)
+    while graphs:
+        g = graphs.pop()
+        for t in g.initializer:
+            if _is_external(t):
+                yield t
+        for sp in g.sparse_initializer:
+            for t in (sp.values, sp.indices):
+                if _is_external(t):
+                    yield t
+        yield from _node_tensors(g.node, graphs)
+
+
+def _node_tensors(nodes, graphs: list) -> Iterator[TensorProto]:
+    for node in nodes:
+        for a in node.attribute:
+            if a.type == AttributeProto.TENSOR:
+                tensors = [a.t]
+            elif a.type == AttributeProto.TENSORS:
+                tensors = list(a.tensors)
+            elif a.type == AttributeProto.SPARSE_TENSOR:
+                tensors = [a.sparse_tensor.values, a.sparse_tensor.indices]
+            elif a.type == AttributeProto.SPARSE_TENSORS:
+                tensors = [t for sp in a.sparse_tensors for t in (sp.values, sp.indices)]
+            else:
+                tensors = []
+                if a.type == AttributeProto.GRAPH:
+                    graphs.append(a.g)
+                elif a.type == AttributeProto.GRAPHS:
+                    graphs.extend(a.graphs)
+            yield from (t for t in tensors if _is_external(t))
+
+
+def _is_external(t: TensorProto) -> bool:
+    return t.HasField("data_location") and t.data_location == TensorProto.EXTERNAL
+
+
+def resolve_location(base_dir: str, location: str, tensor: str) -> str:
+    """The real path of ``location`` under ``base_dir``.
+
+    Raises:
+        ExternalDataError: empty, absolute, with a ``..`` component, leaving ``base_dir``
+            through a symlink, or not a regular file.
+    """
+    where = f"external data of tensor '{tensor}' (location '{location}')"
+    if not location:
+        raise ExternalDataError(f"{where}: the location is empty")
+    parts = location.replace("\\", "/").split("/")
+    if os.path.isabs(location) or location.startswith(("/", "\\")) or os.path.splitdrive(location)[0]:
+        raise ExternalDataError(f"{where}: an absolute path is not allowed; locations are relative to the "
+                                "model's directory")
+    if ".." in parts:
+        raise ExternalDataError(f"{where}: '..' is not allowed; the file must lie in the model's directory")
+    root = os.path.realpath(base_dir)
+    path = os.path.realpath(os.path.join(root, location))
+    if os.path.commonpath([root, path]) != root:
+        raise ExternalDataError(f"{where}: the path leaves the model's directory '{root}' through a symlink "
+                                f"(it resolves to '{path}')")
+    if not os.path.isfile(path):
+        raise ExternalDataError(f"{where}: no such file '{path}'")
+    return path
+
+
+def load_external_data(model: onnx.ModelProto, base_dir: Optional[str]) -> None:
+    """Read every external tensor of ``model`` (in place) from under ``base_dir``.
+
+    Raises:
+        ExternalDataError: a reference is unsafe, missing or out of its file's bounds, or
+            the model has external data and ``base_dir`` is None (bytes given alone).
+    """
+    for t in external_tensors(model):
+        info = ExternalDataInfo(t)
+        if base_dir is None:
+            raise ExternalDataError(f"tensor '{t.name}' has external data ('{info.location}') but the model was "
+                                    "given as bytes or a ModelProto: pass external_data_dir= (the directory of "
+                                    "its data files), or load it from its path")
+        path = resolve_location(base_dir, info.location, t.name)
+        t.raw_data = _read(path, int(info.offset or 0), info.length, t.name)
+        del t.external_data[:]
+        t.data_location = TensorProto.DEFAULT
+
+
+def _read(path: str, offset: int, length: Optional[int], tensor: str) -> bytes:
+    size = os.path.getsize(path)
+    if offset < 0 or (length is not None and length < 0):
+        raise ExternalDataError(f"external data of tensor '{tensor}': negative offset {offset} or length {length}")
+    end = size if length is None else offset + length
+    if end > size or offset > size:
+        raise ExternalDataError(f"external data of tensor '{tensor}': bytes [{offset}, {end}) lie past the end "
+                                f"of '{path}' ({size} bytes)")
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read(end - offset)
