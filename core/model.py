@@ -3,9 +3,10 @@
 Each input dim keeps its kind (ONNX IR.md "Tensor shapes"): fixed (``dim_value``),
 symbolic (``dim_param``) or unknown (neither, or a negative ``dim_value``: exporters such as
 Paddle2ONNX write -1 for a free dim, and onnxruntime reads it as unknown; 0 is a real,
-empty dim). Graph inputs that are also initializers
-are not model inputs (IR.md: they are defaults that may be overridden; we treat them as
-constants, as ONNX Runtime does for models with ``ir_version >= 4``).
+empty dim). Graph inputs that are also initializers are not model inputs but
+``Graph.overridable`` (IR.md: defaults that may be overridden): a run that feeds one
+overrides it, as in onnxruntime (``InferenceSession.get_overridable_initializers``); a run
+that does not uses the initializer as a constant.
 """
 from __future__ import annotations
 
