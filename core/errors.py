@@ -13,6 +13,7 @@ __all__ = [
     "DuplicateNameError",
     "UndefinedValueError",
     "InvalidAttributeError",
+    "TypeConstraintError",
     "ExternalDataError",
     "NestingLimitError",
     "ResourceLimitError",
@@ -69,6 +70,11 @@ class InvalidAttributeError(InvalidModelError, TypeError):
     """A node attribute has the wrong type for its schema, a required one is missing, an
     unknown one is given, or the attributes break the operator's own rule (Split-18 with
     neither ``split`` nor ``num_outputs``)."""
+
+
+class TypeConstraintError(InvalidModelError, TypeError):
+    """A node input's declared element type is not one its operator's schema allows, or two
+    inputs of one type constraint (``T``) have different types."""
 
 
 class ExternalDataError(ModelLoadError):

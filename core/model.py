@@ -207,7 +207,7 @@ def _attr_value(a: onnx.AttributeProto) -> Any:
     if t == AttributeProto.STRING:
         return a.s.decode("utf-8", errors="replace")
     if t == AttributeProto.TENSOR:
-        return numpy_helper.to_array(a.t)
+        return _tensor(a.t, f"attribute '{a.name}'")
     if t == AttributeProto.SPARSE_TENSOR:
         return _sparse_to_dense(a.sparse_tensor)
     if t == AttributeProto.GRAPH:
@@ -219,7 +219,7 @@ def _attr_value(a: onnx.AttributeProto) -> Any:
     if t == AttributeProto.STRINGS:
         return [s.decode("utf-8", errors="replace") for s in a.strings]
     if t == AttributeProto.TENSORS:
-        return [numpy_helper.to_array(x) for x in a.tensors]
+        return [_tensor(x, f"attribute '{a.name}'") for x in a.tensors]
     if t == AttributeProto.GRAPHS:
         return [_graph(g) for g in a.graphs]
     if t == AttributeProto.TYPE_PROTO:
@@ -229,20 +229,46 @@ def _attr_value(a: onnx.AttributeProto) -> Any:
     raise ModelLoadError(f"attribute '{a.name}' has unsupported type {t}")
 
 
+def _tensor(t: onnx.TensorProto, what: str = "initializer") -> np.ndarray:
+    """The array of a TensorProto; ModelLoadError naming it when its data does not fit its
+    dims and type."""
+    try:
+        return numpy_helper.to_array(t)
+    except Exception as exc:  # noqa: BLE001 - numpy's or onnx's message, put in context
+        kind = onnx.TensorProto.DataType.Name(t.data_type) if t.data_type in _DATA_TYPES else t.data_type
+        raise ModelLoadError(f"{what} '{t.name}' ({kind}, dims {list(t.dims)}) cannot be read: its data does not "
+                             f"match its type and dims ({type(exc).__name__}: {exc})") from exc
+
+
+_DATA_TYPES = set(onnx.TensorProto.DataType.values())
+
+
 def _sparse_to_dense(sp: onnx.SparseTensorProto) -> np.ndarray:
-    values = numpy_helper.to_array(sp.values)
-    idx = numpy_helper.to_array(sp.indices).astype(np.int64)
+    """A sparse tensor as a dense array (IR.md "Sparse tensors": indices are linear, shape
+    [NNZ], or coordinates, shape [NNZ, rank]). Raises ModelLoadError naming it when an
+    index lies outside its dims."""
+    name = sp.values.name
+    values = _tensor(sp.values, "sparse tensor values")
+    idx = _tensor(sp.indices, "sparse tensor indices").astype(np.int64)
     dims = tuple(sp.dims)
     dense = np.zeros(dims, dtype=values.dtype)
+    bounds = (dense.size,) if idx.ndim == 1 else dims
+    if idx.ndim not in (1, 2) or (idx.ndim == 2 and idx.shape[1:] != (len(dims),)) or len(idx) != values.size:
+        raise ModelLoadError(f"sparse tensor '{name}': indices of shape {list(idx.shape)} do not fit "
+                             f"{values.size} values of a tensor of dims {list(dims)}")
+    bad = ((idx < 0) | (idx >= np.array(bounds, np.int64))).reshape(len(idx), -1).any(axis=1)
+    if bad.any():
+        raise ModelLoadError(f"sparse tensor '{name}' (dims {list(dims)}): index {idx[bad][0].tolist()} "
+                             "is out of range")
     if idx.ndim == 1:
-        dense.reshape(-1)[idx] = values
+        dense.reshape(-1)[idx] = values.reshape(-1)
     else:
-        dense[tuple(idx.T)] = values
+        dense[tuple(idx.T)] = values.reshape(-1)
     return dense
 
 
 def _graph(g: onnx.GraphProto) -> Graph:
-    inits = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    inits = {t.name: _tensor(t) for t in g.initializer}
     for sp in g.sparse_initializer:
         inits[sp.values.name] = _sparse_to_dense(sp)
     nodes = []

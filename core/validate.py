@@ -11,9 +11,15 @@ Rules (sources: ONNX IR.md "Graphs" and "Names Within a Graph"; the operator sch
 - every graph output is defined: by a node, a graph input, an initializer or, in a
   subgraph, the enclosing scopes (:class:`UndefinedValueError`; undefined node inputs and
   cycles are found when the nodes are ordered, :mod:`dynashape.graph`);
-- each attribute of a node whose operator has a schema in ``onnx.defs`` (for the model's
-  opset of its domain) is known to the schema and has its type; required ones are present
-  (:class:`InvalidAttributeError`);
+- the model has a graph, an ``ir_version`` and ``ai.onnx`` opset this onnx knows, and
+  names its operator sets (``opset_import``, IR.md "Models");
+- each node whose operator has a schema in ``onnx.defs`` (for the model's opset of its
+  domain) has as many inputs and outputs as the schema allows and no required input left
+  empty (:class:`InvalidModelError`); each attribute is known to the schema and has its
+  type, required ones are present, and attributes naming an element type (``to``,
+  ``dtype``) name one that exists (:class:`InvalidAttributeError`);
+- inputs whose element type is declared (graph inputs, initializers) meet the schema's
+  type constraints, one type per constraint (:class:`TypeConstraintError`);
 - subgraphs nest at most :data:`MAX_NESTING` deep (:class:`NestingLimitError`): the checks
   here are iterative, but importing, compiling and running a subgraph recurse.
 
@@ -29,7 +35,8 @@ from typing import Any, Optional
 import onnx
 from onnx import AttributeProto, defs
 
-from .errors import DuplicateNameError, InvalidAttributeError, NestingLimitError, UndefinedValueError
+from .errors import (DuplicateNameError, InvalidAttributeError, InvalidModelError, ModelLoadError, NestingLimitError,
+                     TypeConstraintError, UndefinedValueError)
 
 __all__ = ["validate_model", "MAX_NESTING"]
 
@@ -38,14 +45,22 @@ __all__ = ["validate_model", "MAX_NESTING"]
 MAX_NESTING = 48
 
 _TYPE_NAMES = {int(v): k for k, v in AttributeProto.AttributeType.items()}
+#: INT attributes that hold an element type (TensorProto.DataType)
+_DTYPE_ATTRIBUTES = ("to", "dtype", "output_dtype")
+_ELEM_TYPES = {int(v) for k, v in onnx.TensorProto.DataType.items() if k != "UNDEFINED"}
+_OPTIONAL = defs.OpSchema.FormalParameterOption.Optional
+_VARIADIC = defs.OpSchema.FormalParameterOption.Variadic
 
 
 def validate_model(model: onnx.ModelProto, opsets: dict[str, int]) -> None:
     """Check ``model`` against the rules above.
 
     Raises:
-        DuplicateNameError, UndefinedValueError, InvalidAttributeError, NestingLimitError.
+        ModelLoadError (no graph, an unknown IR version), InvalidModelError (no or an unknown
+        opset, arity), DuplicateNameError, UndefinedValueError, InvalidAttributeError,
+        TypeConstraintError, NestingLimitError.
     """
+    _check_header(model, opsets)
     pending: list[tuple[onnx.GraphProto, tuple, int, str]] = [(model.graph, (), 0, model.graph.name or "main")]
     while pending:
         graph, outer, depth, path = pending.pop()
@@ -61,6 +76,21 @@ def validate_model(model: onnx.ModelProto, opsets: dict[str, int]) -> None:
                 subgraphs = [a.g] if a.type == AttributeProto.GRAPH else list(a.graphs)
                 for g in subgraphs:
                     pending.append((g, scope, depth + 1, f"{path}/{_node_name(node, k)}.{a.name}"))
+
+
+def _check_header(model: onnx.ModelProto, opsets: dict) -> None:
+    if not model.HasField("graph"):
+        raise ModelLoadError("the model has no graph (ModelProto.graph is required; empty or non-ONNX bytes?)")
+    if model.ir_version > onnx.IR_VERSION:
+        raise ModelLoadError(f"the model's IR version {model.ir_version} is newer than this onnx ({onnx.__version__}) "
+                             f"supports ({onnx.IR_VERSION})")
+    if not model.opset_import and model.ir_version >= 3:
+        raise InvalidModelError("the model imports no operator set (opset_import is empty; IR.md: a model must "
+                                "name the opsets it uses)")
+    newest = defs.onnx_opset_version()
+    if opsets.get("", 0) > newest:
+        raise InvalidModelError(f"the model imports ai.onnx opset {opsets['']}, newer than the newest this onnx "
+                                f"({onnx.__version__}) defines ({newest})")
 
 
 def _node_name(node: onnx.NodeProto, index: int) -> str:
@@ -81,6 +111,7 @@ def _check_graph(graph: onnx.GraphProto, outer: tuple, opsets: dict, path: str) 
         if name in initializers:
             raise DuplicateNameError(f"{where} defines initializer '{name}' twice", graph=path)
         initializers.add(name)
+    declared = _declared_types(graph)
     producers: dict[str, tuple] = {}
     for k, node in enumerate(graph.node):
         name = _node_name(node, k)
@@ -99,7 +130,12 @@ def _check_graph(graph: onnx.GraphProto, outer: tuple, opsets: dict, path: str) 
                                          f"is a {kind} of the graph; a name may be defined only once",
                                          node=name, op_type=node.op_type, graph=path)
             producers[out] = (node, name)
-        _check_attributes(node, name, opsets, where, path)
+        schema = _node_schema(node, opsets)
+        if schema is not None:
+            at = f"{where}: {node.op_type} node '{name}' (opset {schema.since_version})"
+            _check_arity(node, schema, at, name, path)
+            _check_attributes(node, schema, at, name, path)
+            _check_types(node, schema, declared, at, name, path)
     defined = inputs | initializers | set(producers)
     for vi in graph.output:
         if vi.name not in defined and not any(vi.name in scope for scope in outer):
@@ -117,15 +153,63 @@ def _schema(op_type: str, opset: int, domain: str) -> Optional[Any]:
         return None
 
 
-def _check_attributes(node: onnx.NodeProto, name: str, opsets: dict, where: str, path: str) -> None:
+def _node_schema(node: onnx.NodeProto, opsets: dict) -> Optional[Any]:
     domain = "" if node.domain == "ai.onnx" else node.domain
     opset = opsets.get(domain)
-    if opset is None:
-        return
-    schema = _schema(node.op_type, opset, domain)
-    if schema is None:
-        return
-    at = f"{where}: {node.op_type} node '{name}' (opset {opset})"
+    return None if opset is None else _schema(node.op_type, opset, domain)
+
+
+def _check_arity(node: onnx.NodeProto, schema: Any, at: str, name: str, path: str) -> None:
+    for what, given, low, high in (("inputs", len(node.input), schema.min_input, schema.max_input),
+                                   ("outputs", len(node.output), schema.min_output, schema.max_output)):
+        if not low <= given <= high:
+            allowed = f"{low}" if low == high else f"{low} to {high}" if high < 2**31 - 1 else f"at least {low}"
+            raise InvalidModelError(f"{at} has {given} {what}; {node.op_type}-{schema.since_version} takes {allowed}",
+                                    node=name, op_type=node.op_type, graph=path)
+    for k, value in enumerate(node.input):
+        formal = schema.inputs[min(k, len(schema.inputs) - 1)] if schema.inputs else None
+        if not value and formal is not None and formal.option != _OPTIONAL:
+            raise InvalidModelError(f"{at} leaves its required input {k} ('{formal.name}') empty",
+                                    node=name, op_type=node.op_type, graph=path)
+
+
+def _declared_types(graph: onnx.GraphProto) -> dict[str, str]:
+    """``name -> "tensor(float)"`` for the graph's inputs and initializers whose element type is set."""
+    types = {}
+    for vi in graph.input:
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+            types[vi.name] = _tensor_type(vi.type.tensor_type.elem_type)
+    for t in graph.initializer:
+        types[t.name] = _tensor_type(t.data_type)
+    return types
+
+
+def _tensor_type(elem_type: int) -> str:
+    return f"tensor({onnx.TensorProto.DataType.Name(elem_type).lower()})"
+
+
+def _check_types(node: onnx.NodeProto, schema: Any, declared: dict, at: str, name: str, path: str) -> None:
+    """Declared input types against the schema's constraints, each constraint bound once."""
+    constraints = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
+    bound: dict[str, tuple] = {}
+    for k, value in enumerate(node.input):
+        if value not in declared or not schema.inputs:
+            continue
+        formal = schema.inputs[min(k, len(schema.inputs) - 1)]
+        got = declared[value]
+        allowed = constraints.get(formal.type_str, {formal.type_str})
+        if got not in allowed:
+            raise TypeConstraintError(f"{at}: input {k} '{value}' ({formal.name}) is {got}; {node.op_type} takes "
+                                      f"{', '.join(sorted(allowed))}", node=name, op_type=node.op_type, graph=path)
+        if formal.type_str in constraints and (formal.option != _VARIADIC or formal.is_homogeneous):
+            first = bound.setdefault(formal.type_str, (k, value, got))
+            if first[2] != got:
+                raise TypeConstraintError(f"{at}: input {k} '{value}' is {got} but input {first[0]} '{first[1]}' is "
+                                          f"{first[2]}; both are {formal.type_str}, one type",
+                                          node=name, op_type=node.op_type, graph=path)
+
+
+def _check_attributes(node: onnx.NodeProto, schema: Any, at: str, name: str, path: str) -> None:
     given = set()
     for a in node.attribute:
         given.add(a.name)
@@ -141,6 +225,9 @@ def _check_attributes(node: onnx.NodeProto, name: str, opsets: dict, where: str,
             raise InvalidAttributeError(f"{at}: attribute '{a.name}' must be {spec.type.name}, got "
                                         f"{_TYPE_NAMES.get(a.type, a.type)}",
                                         node=name, op_type=node.op_type, graph=path)
+        if a.name in _DTYPE_ATTRIBUTES and a.type == AttributeProto.INT and a.i not in _ELEM_TYPES:
+            raise InvalidAttributeError(f"{at}: attribute '{a.name}' is {a.i}, which is no ONNX element type "
+                                        "(TensorProto.DataType)", node=name, op_type=node.op_type, graph=path)
     for name, spec in schema.attributes.items():
         if spec.required and name not in given:
             raise InvalidAttributeError(f"{at} lacks its required attribute '{name}' ({spec.type.name})",

@@ -238,7 +238,7 @@ def _conv_shape(ctx):
         return [None]
     x, w, group = checked
     c, m = x[1], w[0]
-    if is_known(c) and is_known(w[1]) and c != w[1] * group:
+    if not ctx.assume(c, "==", w[1] * group):   # a guard where C is symbolic (a feed's channels)
         ctx.fail(f"input channels {c} must equal W.shape[1] * group = {w[1]} * {group}",
                  kind="ChannelMismatch")
     if is_known(m) and m % group != 0:

@@ -534,7 +534,7 @@ def _int_conv_shape(ctx, w_index: int, b_index: int | None):
     if group < 1:
         ctx.fail(f"group {group} must be >= 1", kind="InvalidAttribute")
     c, m = x[1], w[0]
-    if is_known(c) and is_known(w[1]) and c != w[1] * group:
+    if not ctx.assume(c, "==", w[1] * group):   # a guard where C is symbolic
         ctx.fail(f"input channels {c} must equal w.shape[1] * group = {w[1]} * {group}", kind="ChannelMismatch")
     if is_known(m) and m % group != 0:
         ctx.fail(f"output channels {m} must be divisible by group {group}", kind="ChannelMismatch")
