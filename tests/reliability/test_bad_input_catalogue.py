@@ -30,9 +30,10 @@ from typing import Any, Callable, Optional
 import numpy as np
 import onnx
 import pytest
-from onnx import AttributeProto, TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 import dynashape as ds
+from tests.reliability.builders import nested_if as _nested_if
 from dynashape.validate import MAX_NESTING
 from tests.conftest import ort_session, spec_run
 
@@ -576,35 +577,6 @@ def _loop_float_cond(tmp):
                              [_vi("i", [], I64), _vi("cond", [], B), _vi("v")], [_vi("cond_out", [], B), _vi("v_out")])
     return _model([helper.make_node("Loop", ["t", "c", "v"], ["vo"], name="loop", body=body)],
                   [_vi("t", [], I64), _vi("c", [], F), _vi("v", ["n"])], [_vi("vo")])
-
-
-def _nested_if(depth: int) -> onnx.ModelProto:
-    """``depth`` If nodes, each in the previous one's then_branch (built in place: copying a deep
-    proto through onnx.helper trips protobuf's own nesting limit)."""
-    m = onnx.ModelProto()
-    m.ir_version = 9
-    m.opset_import.add().version = OPSET
-    g = m.graph
-    g.name = "main"
-    g.input.extend([_vi("x", ["n"]), _vi("c", [], B)])
-    g.output.extend([_vi("y0")])
-    for d in range(depth):
-        n = g.node.add()
-        n.op_type, n.name = "If", f"if{d}"
-        n.input.append("c")
-        n.output.append(f"y{d}")
-        e = n.attribute.add()
-        e.name, e.type = "else_branch", AttributeProto.GRAPH
-        e.g.name = f"else{d}"
-        e.g.node.extend([helper.make_node("Neg", ["x"], [f"n{d}"])])
-        e.g.output.extend([_vi(f"n{d}")])
-        t = n.attribute.add()
-        t.name, t.type = "then_branch", AttributeProto.GRAPH
-        t.g.name = f"then{d}"
-        t.g.output.extend([_vi(f"y{d + 1}")])
-        g = t.g
-    g.node.extend([helper.make_node("Add", ["x", "x"], [f"y{depth}"])])
-    return m
 
 
 def _add_w(w: TensorProto, sparse=None) -> onnx.ModelProto:
