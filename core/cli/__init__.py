@@ -1,11 +1,12 @@
 """The ``dynashape`` command line: ``demo``, ``run``, ``inspect``, ``plan``, ``ops``, ``plugins``, ``bench``,
-``profile``.
+``profile``, ``batch``.
 
     dynashape demo
     dynashape run model.onnx --dim batch=4 --shape x=4x3x32x32 --compare-ort
     dynashape ops --domain com.microsoft
     dynashape bench model.onnx --dim batch=4 --compare-ort --repeat 50
     dynashape profile model.onnx --dim batch=4 -o trace.json
+    dynashape batch model.onnx --input corpus.parquet --output out.parquet --ray local --concurrency 2
 
 One module per subcommand family; each registers its commands on :data:`main`.
 """
@@ -22,7 +23,7 @@ def main() -> None:
     """dynashape: an ONNX runtime for dynamic shapes."""
 
 
-from . import bench, demo, describe, ops, plugins, profile, run  # noqa: E402,F401  (registers the subcommands)
+from . import batch, bench, demo, describe, ops, plugins, profile, run  # noqa: E402,F401  (registers the subcommands)
 
 if __name__ == "__main__":  # pragma: no cover
     main()
