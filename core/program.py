@@ -461,9 +461,13 @@ class Program:
             values.append(made[code])
         prepared = [coder.struct(st.trace.value) for st in seg.symbolic_steps]
         sizes = [coder.ref(b.size) for b in seg.blocks]
-        for idx in seg.nodes:
-            for a, relation, b in sg.guards.get(idx, ()):
-                checks.append(f"not ({coder.ref(a)} {relation} {coder.ref(b)})")
+        # the guards of the earlier segments too: this segment's symbolic shapes build on
+        # theirs (a Reshape that took a computed 0 for a dim, not a copy, feeds a Split here),
+        # so where one fails, per-node inference must plan this segment as well
+        for earlier in self.segments[:seg.index + 1]:
+            for idx in earlier.nodes:
+                for a, relation, b in sg.guards.get(idx, ()):
+                    checks.append(f"not ({coder.ref(a)} {relation} {coder.ref(b)})")
         if checks:
             w.emit(f"if {' or '.join(dict.fromkeys(checks))}: return None")
         tup = lambda items: "(" + "".join(i + ", " for i in items) + ")"  # noqa: E731

@@ -26,6 +26,7 @@ __all__ = [
     "dim_min",
     "is_known",
     "pool_output_dim",
+    "check_vector_inputs",
 ]
 
 
@@ -119,6 +120,17 @@ def value_list(value: Optional[np.ndarray]) -> Optional[list]:
     if value is None:
         return None
     return np.asarray(value).reshape(-1).tolist()
+
+
+def check_vector_inputs(ctx: InferContext, names: dict) -> None:
+    """Fail (``InvalidRank``) when one of the given inputs (index -> its spec name) is
+    present with a rank other than 1: shape tensors such as Reshape's ``shape``, Slice's
+    ``starts``, Tile's ``repeats`` are 1-D in the spec (onnxruntime refuses others)."""
+    for i, name in names.items():
+        shape = ctx.shape(i) if ctx.has_input(i) else None
+        if shape is not None and len(shape) != 1:
+            ctx.fail(f"input {i} '{name}' must be a 1-D tensor, got shape ({', '.join(map(str, shape))})",
+                     kind="InvalidRank")
 
 
 def check_dims_equal(ctx: InferContext, a: Dim, b: Dim, what: str) -> Dim:

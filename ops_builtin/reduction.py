@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
+from dynashape.errors import ShapeInferenceError
 from dynashape.records import OpLibrary, fixed_dtype, same_dtype
 from dynashape.shapes import dim_max, dim_min, normalize_axes, normalize_axis, numel, value_list
 
@@ -98,9 +99,12 @@ def _make_reduce_infer(input_from: int):
         if axes is not None:
             return [_reduced_shape(shape, axes, keepdims)]
         # axes input not known on the host: the rank may still be known
+        n = ctx.shape(1)[0] if ctx.shape(1) else None
+        if isinstance(n, int) and n > len(shape):
+            # more axes than dims: one is out of range or repeated, whatever their values
+            ctx.fail(f"{n} axes for an input of rank {len(shape)}", kind="AxisOutOfRange")
         if keepdims:
             return [tuple(ctx.new_dim() for _ in shape)]
-        n = ctx.shape(1)[0] if ctx.shape(1) else None
         if isinstance(n, int) and n > 0:
             return [tuple(ctx.new_dim() for _ in range(len(shape) - n))]
         return [None]
@@ -121,11 +125,23 @@ def _plan(shape, dtype, axes, float_math: bool) -> _ReducePlan:
 
 
 def _runtime_axes(x: np.ndarray, axes_in, prepared) -> tuple:
-    """Axes from the run-time value of the axes input (when prepare could not see it)."""
+    """Axes from the run-time value of the axes input (when prepare could not see it),
+    checked as inference checks known axes (``normalize_axes``).
+
+    Raises: ShapeInferenceError kinds AxisOutOfRange, DuplicateAxes.
+    """
     axes = [] if axes_in is None else [int(a) for a in np.asarray(axes_in).reshape(-1)]
     if not axes:
         return () if prepared["noop"] else tuple(range(x.ndim))
-    return tuple(sorted(a + x.ndim if a < 0 else a for a in axes))
+    rank, node, op = x.ndim, prepared["node"], prepared["op"]
+    where = f"{op} node '{node}': axes {axes}"
+    if not all(-rank <= a < rank for a in axes):
+        raise ShapeInferenceError(f"{where} are out of range for rank {rank} (valid: [{-rank}, {rank - 1}])",
+                                  node=node, op_type=op, kind="AxisOutOfRange")
+    norm = sorted(a + rank if a < 0 else a for a in axes)
+    if len(set(norm)) != len(norm):
+        raise ShapeInferenceError(f"{where} contain duplicates", node=node, op_type=op, kind="DuplicateAxes")
+    return tuple(norm)
 
 
 def _run_reduce(fn: Callable, inputs, outputs, prepared):
@@ -245,7 +261,8 @@ def _make_reduce_prepare(input_from: int, float_math: bool):
         axes = _resolve_axes(ctx, input_form)
         plan = None if axes is None else _plan(ctx.shape(0), ctx.dtype(0), axes, float_math)
         return {"plan": plan, "keepdims": bool(ctx.attr("keepdims", 1)),
-                "noop": bool(ctx.attr("noop_with_empty_axes", 0)), "float_math": float_math}
+                "noop": bool(ctx.attr("noop_with_empty_axes", 0)), "float_math": float_math,
+                "node": ctx.node.name, "op": ctx.node.op_type}
     return prepare
 
 
@@ -347,7 +364,7 @@ def _arg_infer(ctx):
     if len(shape) == 0:
         ctx.fail("data must have rank >= 1", kind="InvalidRank")
     axis = normalize_axis(ctx, ctx.attr("axis", 0), len(shape))
-    if shape[axis] == 0:
+    if not ctx.assume(shape[axis], ">", 0):   # a guard where the dim is symbolic
         ctx.fail(f"cannot take the arg-extreme over axis {axis} of size 0", kind="EmptyReduction")
     return [_reduced_shape(shape, (axis,), bool(ctx.attr("keepdims", 1)))]
 

@@ -14,7 +14,7 @@ import ml_dtypes
 import numpy as np
 from dynashape.dtypes import is_float, is_integer, np_dtype
 from dynashape.records import OpLibrary, fixed_dtype, same_dtype
-from dynashape.shapes import broadcast_shapes, dim_max, numel
+from dynashape.shapes import broadcast_shapes, check_vector_inputs, dim_max, numel
 from dynashape.symbolic import Expr, is_nonneg
 from onnx import TensorProto
 from onnx.numpy_helper import to_float8e8m0
@@ -231,6 +231,7 @@ def _reshape_infer(ctx):
     if ctx.opset < 5:
         requested = [int(v) for v in ctx.attr("shape", [])]
     else:
+        check_vector_inputs(ctx, {1: "shape"})
         requested = _dims_of(ctx.value(1))
         if requested is None:
             return [_unknown_vector_dims(ctx, 1)]
@@ -284,7 +285,9 @@ def _squeeze_infer(ctx):
         ctx.fail(f"axes {axes} contain duplicates", kind="DuplicateAxes")
     for a in norm:
         d = shape[a]
-        if isinstance(d, int) and d != 1:
+        # a symbolic dim is squeezed where it is 1 only: a guard, so a signature binding it
+        # to another value is planned by per-node inference, which raises
+        if not ctx.assume(d, "==", 1):
             ctx.fail(f"cannot squeeze axis {a}: its dim is {d}, expected 1", kind="SqueezeNonUnitDim")
     return [tuple(d for i, d in enumerate(shape) if i not in norm)]
 

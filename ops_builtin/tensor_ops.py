@@ -14,8 +14,8 @@ import numpy as np
 from dynashape.dtypes import is_float
 from dynashape.errors import ShapeInferenceError
 from dynashape.records import InferContext, OpLibrary, fixed_dtype, same_dtype
-from dynashape.shapes import (broadcast_shapes, check_dims_equal, dim_max, dim_min, normalize_axes, normalize_axis,
-                              numel, value_list)
+from dynashape.shapes import (broadcast_shapes, check_dims_equal, check_vector_inputs, dim_max, dim_min,
+                              normalize_axes, normalize_axis, numel, value_list)
 from dynashape.symbolic import Expr, is_nonneg
 
 lib = OpLibrary()
@@ -401,6 +401,8 @@ def _slice_shape(ctx):
     AxisOutOfRange, DuplicateAxes. Source: ONNX operator spec, Slice-13.
     """
     shape = ctx.shape(0)
+    if ctx.opset >= 10:
+        check_vector_inputs(ctx, {1: "starts", 2: "ends", 3: "axes", 4: "steps"})
     spec = _slice_spec(ctx, len(shape))
     if spec is None:
         axes = _ints(ctx, 3) if ctx.opset >= 10 and ctx.has_input(3) else None
@@ -785,6 +787,8 @@ def _tile_shape(ctx):
     TileNegativeRepeat. Source: ONNX operator spec, Tile-13.
     """
     shape = ctx.shape(0)
+    if ctx.opset >= 6:
+        check_vector_inputs(ctx, {1: "repeats"})
     reps = _tile_repeats(ctx, len(shape))
     if reps is None:
         return [tuple(ctx.new_dim() for _ in shape)]

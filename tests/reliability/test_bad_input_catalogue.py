@@ -260,11 +260,7 @@ FEEDS = [
         ({"x": X23, "i": _i64(1).reshape(1, 1), "u": _f32((1, 3), 7.0)},
          {"x": X45, "i": _i64(3, 0).reshape(2, 1), "u": _f32((2, 5), 9.0)}), node="snd"),
     Bad("feed", "ArgMax over an empty axis", _argmax, {"x": _f32((2, 0))}, ds.ShapeInferenceError,
-        ("ArgMax node 'am'", "axis 1", "size 0"), ({"x": X23}, {"x": X45}), node="am",
-        reported=f"ExecutionError \"ArgMax node 'am' failed: ValueError: attempt to get argmax of an empty "
-                 f"sequence\" (numpy's message from the kernel). {_SKIPPED_RULE} ('shape[axis] == 0' is False for "
-                 "a symbol and records no guard): ops_builtin/reduction.py, the ArgMax/ArgMin rule should use "
-                 "ctx.assume(shape[axis], '>', 0)", reported_unless_validating=True),
+        ("ArgMax node 'am'", "axis 1", "size 0"), ({"x": X23}, {"x": X45}), node="am"),
     Bad("feed", "Scan inputs of different lengths", _scan_two,
         {"s0": _f32((2,)), "A": _f32((3, 2)), "B": _f32((4, 2))}, ds.ShapeInferenceError,
         ("Scan node 'scan'", "different sequence lengths", "3", "4"),
@@ -385,9 +381,7 @@ SHAPE_VALUES = [
         {"x": X23, "k": _i64(5)}, ds.ShapeInferenceError, ("Reshape node 'rs'", "6 elements", "[2, 5]"),
         ({"x": X23, "k": _i64(3)}, {"x": X45, "k": _i64(-1)}), node="rs"),
     Bad("shape value", "Reshape target of rank 2", _reshape_any, {"x": X23, "shape": _i64(2, 3).reshape(1, 2)},
-        ds.ShapeInferenceError, ("Reshape node 'rs'", "1-D"), _RESHAPE_GOOD, node="rs",
-        reported=f"Reshape's shape input of shape (1, 2): {_SHAPE_2D} (\"A shape tensor must be a vector "
-                 "tensor\"); the fix goes in Reshape's infer_shape (ops_builtin)"),
+        ds.ShapeInferenceError, ("Reshape node 'rs'", "1-D"), _RESHAPE_GOOD, node="rs"),
     Bad("shape value", "Expand shape that does not broadcast", _expand, {"x": X23, "shape": _i64(4, 2)},
         ds.ShapeInferenceError, ("Expand node 'ex'", "2 and 4", "axis 0", "cannot be broadcast"), _EXPAND_GOOD,
         node="ex"),
@@ -413,17 +407,13 @@ SHAPE_VALUES = [
         {"x": X23, "starts": _i64(0).reshape(1, 1), "ends": _i64(1).reshape(1, 1)}, ds.ShapeInferenceError,
         ("Slice node 'sl'", "starts", "1-D"),
         ({"x": X23, "starts": _i64(1), "ends": _i64(2)}, {"x": X45, "starts": _i64(0, 1), "ends": _i64(3, 9)}),
-        node="sl",
-        reported=f"Slice's starts/ends of shape (1, 1): {_SHAPE_2D} (\"Starts must be a 1-D array\"); the fix "
-                 "goes in Slice's infer_shape (ops_builtin)"),
+        node="sl"),
     Bad("shape value", "Tile negative repeats", _tile, {"x": X23, "repeats": _i64(-1, 2)}, ds.ShapeInferenceError,
         ("Tile node 'tile'", "repeats [-1, 2]", ">= 0"), _TILE_GOOD, node="tile"),
     Bad("shape value", "Tile repeats longer than the rank", _tile, {"x": X23, "repeats": _i64(1, 2, 3)},
         ds.ShapeInferenceError, ("Tile node 'tile'", "3 values", "rank 2"), _TILE_GOOD, node="tile"),
     Bad("shape value", "Tile repeats of rank 2", _tile_any, {"x": X23, "repeats": _i64(1, 2).reshape(1, 2)},
-        ds.ShapeInferenceError, ("Tile node 'tile'", "repeats", "1-D"), _TILE_GOOD, node="tile",
-        reported=f"Tile's repeats of shape (1, 2): {_SHAPE_2D} (\"'repeat' input tensor must be 1 dimensional\"); "
-                 "the fix goes in Tile's infer_shape (ops_builtin)"),
+        ds.ShapeInferenceError, ("Tile node 'tile'", "repeats", "1-D"), _TILE_GOOD, node="tile"),
     Bad("shape value", "Tile to a huge shape", _tile, {"x": X23, "repeats": _i64(10**9, 10**9)},
         ds.ResourceLimitError, ("Tile node 'tile'", "(2000000000, 3000000000)", "memory_limit"), _TILE_GOOD,
         node="tile", ort_rejects=False),
