@@ -424,6 +424,9 @@ def _slice_index(shape, spec):
     index = [slice(None)] * len(shape)
     for axis, start, end, step in spec:
         step = int(step)
+        if step > 0:   # the bounds clamped to [0, d]: the form the symbolic index takes too
+            index[axis] = slice(_fwd_pos(int(start), shape[axis]), _fwd_pos(int(end), shape[axis]), step)
+            continue
         b, _, n = _slice_range(shape[axis], int(start), int(end), step)
         stop = b + n * step
         index[axis] = slice(0, 0) if n == 0 else slice(b, None if stop < 0 else stop, step)
