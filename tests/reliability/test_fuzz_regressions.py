@@ -154,3 +154,21 @@ def test_guard_broken_before_a_binding_node_replans_the_later_segments():
             nz, rs = sess.run(None, {"x": np.ones(shape, np.float32)})
             assert rs.tolist() == want, shape
             assert nz.shape == (3, int(np.prod(shape)))
+
+
+@pytest.mark.parametrize("allocator", ALLOCATORS)
+def test_forward_slice_of_an_empty_axis_passes_the_validation_mode_check(allocator):
+    # fuzz under DYNASHAPE_VALIDATE_MEMORY=1: Slice(x[a], starts=[0], ends=[INT64_MAX]) on
+    # a = 0: the symbolic index slice(0, 0, 1) and the concrete one slice(0, 0) select the same,
+    # but the plan check compared them as different and raised PlanCheckError (fixed:
+    # tensor_ops._slice_index clamps forward bounds to [0, d] as the symbolic index does)
+    model = _model([helper.make_node("Slice", ["x", "s", "e"], ["y"])], [("x", TensorProto.FLOAT, ["a"])],
+                   [("y", TensorProto.FLOAT, None)], [("s", np.array([0])), ("e", np.array([INT64_MAX]))])
+    sess = dynashape.InferenceSession(model, allocator=allocator, validate_memory=True)
+    for n in (0, 3, 0, 5):
+        np.testing.assert_array_equal(sess.run(None, {"x": f32(n)})[0], f32(n))
+    model = _model([helper.make_node("Slice", ["x", "s", "e"], ["y"])], [("x", TensorProto.FLOAT, ["a"])],
+                   [("y", TensorProto.FLOAT, None)], [("s", np.array([-2])), ("e", np.array([1]))])
+    sess = dynashape.InferenceSession(model, allocator=allocator, validate_memory=True)
+    np.testing.assert_array_equal(sess.run(None, {"x": f32(5)})[0], np.zeros(0, np.float32))   # [3:1]
+    np.testing.assert_array_equal(sess.run(None, {"x": f32(2)})[0], [0.0])                     # [0:1]
