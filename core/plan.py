@@ -26,7 +26,7 @@ from .limits import allocation_error, check_tensor, format_bytes, is_allocation_
 from .node import STATIC, fold, infer, make_context
 from .planner import Block, MemoryPlan, align, lower_bound, naive_bytes, order_by_offset, plan_offsets, write_layout
 from .records import InferContext
-from .program import FBLOCK, FRESH, Program, Segment
+from .program import FRESH, Program, Segment
 from .symbolic import evaluate
 from .symbolic_inference import BINDING, FOLDED
 
@@ -257,7 +257,7 @@ def check_tensor_limit(plan: Plan, segment: Segment, shapes: tuple, sizes: tuple
     if segment.fresh_specs is None:
         segment.fresh_specs = [(st, k) for st in segment.plan_nodes for k in range(len(st.outs))]
         segment.fresh_specs += [(st, k) for st in segment.steps for k, spec in enumerate(st.outs)
-                                if spec.kind == FRESH or spec.kind == FBLOCK and spec.owner]
+                                if spec.kind == FRESH]   # FBLOCK (naive) blocks are in ``sizes``
     big = bool(sizes) and max(sizes) > limit
     for st, k in (_all_specs(segment) if big else segment.fresh_specs):
         spec = st.outs[k]

@@ -138,3 +138,18 @@ def test_allocation_failure_inside_a_kernel_is_typed(failure):
         np.testing.assert_array_equal(s.run(None, {"x": x})[0], [2.0, 4.0])
     finally:
         ds.unregister_plugin(name)
+
+
+@pytest.mark.parametrize("allocator", ["pool", "naive"])
+def test_an_intermediate_over_the_limit_is_named_from_the_symbolic_plan(allocator):
+    """Tile(x[n], [1000]) -> Relu -> ReduceSum: the intermediate of 1000 n floats is planned from
+    the symbolic program (an arena block, or a naive buffer) and checked before allocating."""
+    model = _model([helper.make_node("Tile", ["x", "rep"], ["t"], name="tile"), helper.make_node("Relu", ["t"], ["r"]),
+                    helper.make_node("ReduceSum", ["r"], ["y"])], [_vi("x", ["n"])], [_vi("y")],
+                   [numpy_helper.from_array(np.array([1000]), "rep")])
+    s = ds.InferenceSession(model, allocator=allocator, memory_limit="1MiB")
+    np.testing.assert_array_equal(s.run(None, {"x": np.ones(4, np.float32)})[0], [4000.0])
+    with pytest.raises(ds.ResourceLimitError, match=r"output 't' of Tile node 'tile' has shape \(300000,\)") as info:
+        s.run(None, {"x": np.ones(300, np.float32)})
+    assert info.value.nbytes == 1_200_000 and info.value.node == "tile"
+    np.testing.assert_array_equal(s.run(None, {"x": np.ones(5, np.float32)})[0], [5000.0])
