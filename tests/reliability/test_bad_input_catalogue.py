@@ -33,9 +33,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import dynashape as ds
-from tests.reliability.builders import nested_if as _nested_if
 from dynashape.validate import MAX_NESTING
-from tests.conftest import ort_session, spec_run
+from tests.conftest import ort_predates, ort_session, spec_run
+from tests.reliability.builders import nested_if as _nested_if
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -871,8 +871,16 @@ def _ort_load(model):
     return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
 
 
+#: models onnxruntime 1.23 (tox -e lowest) still loads: it checks external-data paths and sparse
+#: indices only in later releases
+_REJECTED_FROM_ORT_1_32 = {"external data through '..'", "external data at an absolute path",
+                           "sparse initializer index out of range"}
+
+
 @pytest.mark.parametrize("bad", [_param(b, with_marks=False) for b in MODELS if b.ort_rejects])
 def test_onnxruntime_rejects_the_bad_model_too(bad: Bad, tmp_path: Path):
+    if bad.name in _REJECTED_FROM_ORT_1_32 and ort_predates((1, 32)):
+        pytest.skip(f"onnxruntime {ort.__version__} loads it (later releases reject it)")
     model = bad.build_model(tmp_path)
     with pytest.raises(Exception):   # noqa: B017 - onnxruntime raises its own exception types
         sess = _ort_load(model)

@@ -42,11 +42,19 @@ from hypothesis import HealthCheck, given, seed, settings  # noqa: E402
 from onnx import TensorProto, helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 
+from tests.conftest import ort_predates  # noqa: E402
 from tests.reliability.fuzz_graphs import (  # noqa: E402
     INT64_MAX, IR_VERSION, OPSET, Case, cases, spec_slice_range)
 
 # the spec's numpy kernels warn on 0/0, log of negatives, means of empty slices: results here
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+#: KNOWN_DEVIATIONS is reviewed against onnxruntime 1.32. An older one (tox -e lowest runs 1.23)
+#: has bugs of its own the table does not list (Split num_outputs on an empty axis, the mean of
+#: an empty set as 0): there the properties are skipped; the regression tests still run
+if ort_predates((1, 32)):
+    pytest.skip(f"the fuzz oracle's deviation table is reviewed against onnxruntime >= 1.32, not "
+                f"{ort.__version__}", allow_module_level=True)
 
 # -- profiles ----------------------------------------------------------------------------------
 
