@@ -20,7 +20,7 @@ import numpy as np
 
 from .dtypes import ValueType, merge_types, type_known, value_type_of
 from .errors import DimParamMismatch
-from .limits import allocation_error, is_allocation_failure
+from .limits import allocation_error, is_resource_failure
 from .executor import ExecutionContext, RunStats, check_plan_memory
 from .fpstate import quiet_floating_point, quiet_off, quiet_on
 from .graph import PreparedGraph
@@ -210,7 +210,7 @@ class Engine:
             return out
         except Exception as exc:
             stats.failed_runs += 1
-            if is_allocation_failure(exc) or isinstance(exc, RecursionError):
+            if is_resource_failure(exc):
                 raise allocation_error(exc, f"running graph '{self.name}'", limit=self.memory_limit) from exc
             raise
         finally:

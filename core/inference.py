@@ -13,7 +13,7 @@ from typing import Optional
 import numpy as np
 
 from .errors import DynashapeError, ResourceLimitError
-from .limits import check_tensor, is_allocation_failure, resolve_memory_limit
+from .limits import check_tensor, is_resource_failure, resolve_memory_limit
 from .graph import PreparedGraph
 from .node import NodeServices, choose_kernel, has_subgraph, infer, make_context, run_once
 from .registry import Registry
@@ -54,7 +54,7 @@ def fold_constants(pg: PreparedGraph, registry: Registry, services: Optional[Nod
             kept.append(pn)
             continue
         except ValueError as exc:   # numpy's "array is too big"
-            if not is_allocation_failure(exc):
+            if not is_resource_failure(exc):
                 raise
             kept.append(pn)
             continue

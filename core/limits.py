@@ -20,15 +20,14 @@ from typing import Optional, Sequence, Union
 from .errors import InvalidArgumentError, ResourceLimitError
 
 __all__ = ["default_memory_limit", "resolve_memory_limit", "parse_bytes", "check_tensor", "format_bytes",
-           "is_allocation_failure", "allocation_error", "INT64_MAX"]
+           "is_resource_failure", "allocation_error", "INT64_MAX"]
 
 INT64_MAX = 2**63 - 1
 _CGROUP_FILES = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 #: numpy's messages for a size it cannot represent (numpy/_core/src/multiarray/ctors.c)
-_TOO_BIG = ("array is too big", "maximum supported dimension", "Maximum allowed size exceeded",
-            "negative dimensions are not allowed")
+_TOO_BIG = ("array is too big", "maximum supported dimension", "Maximum allowed size exceeded")
 
 
 def _physical_memory() -> Optional[int]:
@@ -108,13 +107,15 @@ def check_tensor(shape: Sequence[int], itemsize: int, limit: int, what: str, nod
                                  node=node, nbytes=nbytes, limit=limit)
 
 
-def is_allocation_failure(exc: BaseException) -> bool:
-    """True for a MemoryError, or numpy's ValueError for a size it cannot represent."""
+def is_resource_failure(exc: BaseException) -> bool:
+    """True for a MemoryError, numpy's ValueError for a size it cannot represent, or
+    Python's RecursionError (subgraphs nested too deep): what :func:`allocation_error`
+    turns into a ResourceLimitError."""
     if isinstance(exc, ResourceLimitError):
         return False
-    if isinstance(exc, MemoryError):
+    if isinstance(exc, (MemoryError, RecursionError)):
         return True
-    return isinstance(exc, ValueError) and any(s in str(exc) for s in _TOO_BIG[:3])
+    return isinstance(exc, ValueError) and any(s in str(exc) for s in _TOO_BIG)
 
 
 def allocation_error(exc: BaseException, what: str, node: str = "", limit: Optional[int] = None) -> ResourceLimitError:

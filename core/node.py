@@ -18,7 +18,7 @@ from .dtypes import ValueType, value_type_of
 from .errors import DynashapeError, ExecutionError, PluginContractError
 from .fpstate import quiet_floating_point
 from .graph import PreparedNode
-from .limits import allocation_error, check_tensor, is_allocation_failure
+from .limits import allocation_error, check_tensor, is_resource_failure
 from .records import InferContext, KernelDef
 from .registry import Registry
 from .symbolic import Expr, strict_comparisons
@@ -174,7 +174,7 @@ def run_kernel(pn: PreparedNode, compute, prepared: Any, arrays: Sequence, outs:
     except DynashapeError:
         raise
     except Exception as exc:
-        if is_allocation_failure(exc) or isinstance(exc, RecursionError):
+        if is_resource_failure(exc):
             raise allocation_error(exc, f"{pn.node.op_type} node '{pn.node.name}'", pn.node.name) from exc
         raise ExecutionError(f"{pn.node.op_type} node '{pn.node.name}' failed: {type(exc).__name__}: {exc}") from exc
     return list(res) if res is not None else outs

@@ -22,7 +22,7 @@ import numpy as np
 
 from .codegen import CodeWriter
 from .errors import DynashapeError, ExecutionError, PlanCheckError, ResourceLimitError
-from .limits import allocation_error, check_tensor, format_bytes, is_allocation_failure
+from .limits import allocation_error, check_tensor, format_bytes, is_resource_failure
 from .node import STATIC, fold, infer, make_context
 from .planner import Block, MemoryPlan, align, lower_bound, naive_bytes, order_by_offset, plan_offsets, write_layout
 from .records import InferContext
@@ -208,11 +208,11 @@ def step_error(steps: list, lines: dict, name: str, exc: Exception) -> Dynashape
             pos = lines.get(tb.tb_lineno)
         tb = tb.tb_next
     if pos is None:
-        if is_allocation_failure(exc):
+        if is_resource_failure(exc):
             return allocation_error(exc, "a run")
         return ExecutionError(f"execution failed: {type(exc).__name__}: {exc}")
     node = steps[pos].node.node
-    if is_allocation_failure(exc) or isinstance(exc, RecursionError):
+    if is_resource_failure(exc):
         return allocation_error(exc, f"{node.op_type} node '{node.name}'", node.name)
     return ExecutionError(f"{node.op_type} node '{node.name}' failed: {type(exc).__name__}: {exc}")
 
