@@ -50,6 +50,11 @@ class PreparedGraph:
     constants: dict[int, np.ndarray]      # initializers (and folded constants)
     value_inputs: set[int] = field(default_factory=set)  # graph-input slots read by value for shapes
     producer: dict[int, int] = field(default_factory=dict)  # slot -> index in nodes
+    #: node index -> (kernel, what its ``prepack`` made): shared by every program of the graph
+    prepacked: dict[int, tuple] = field(default_factory=dict)
+    #: constant slots whose data a prepacked form replaced: their ``constants`` entry is a
+    #: stand-in of the same shape and dtype holding no data (``np.broadcast_to`` of one zero)
+    released: set[int] = field(default_factory=set)
 
 
 def _toposort(graph: Graph, known: set[str]) -> list[Node]:

@@ -54,16 +54,42 @@ class NodeServices:
     ``subgraph(graph)`` returns the compiled runner of a subgraph attribute of this model
     (an If branch, a Loop or Scan body): compiled once, with the session's registry, and
     run with ``runner.run_list(formal_inputs, outer_values_by_name)``.
+
+    ``neighbours(node)`` returns the op types of the nodes that produce its inputs and of
+    those that read its outputs (empty outside a compiled program): a kernel's ``accepts``
+    may decline where a neighbour needs its exact rounding (a float MatMul between the
+    QuantizeLinear / DequantizeLinear pairs of a QDQ model).
     """
 
-    __slots__ = ("opsets", "registry", "_compile_subgraph", "_subgraphs")
+    __slots__ = ("opsets", "registry", "_compile_subgraph", "_subgraphs", "_graph", "_neighbours")
 
     def __init__(self, opsets: Mapping[str, int], registry: Registry,
-                 compile_subgraph: Optional[Callable[[Any], Any]] = None):
+                 compile_subgraph: Optional[Callable[[Any], Any]] = None, graph: Any = None):
         self.opsets = dict(opsets)
         self.registry = registry
         self._compile_subgraph = compile_subgraph
         self._subgraphs: dict = {}
+        self._graph = graph
+        self._neighbours: Optional[dict] = None
+
+    def neighbours(self, node) -> tuple:
+        """``(op types producing node's inputs, op types reading its outputs)``, frozensets."""
+        if self._graph is None:
+            return frozenset(), frozenset()
+        if self._neighbours is None:
+            pg = self._graph
+            readers: dict = {}
+            for pn in pg.nodes:
+                for i in pn.all_inputs:
+                    if i >= 0:
+                        readers.setdefault(i, set()).add(pn.node.op_type)
+            self._neighbours = {}
+            for pn in pg.nodes:
+                before = frozenset(pg.nodes[pg.producer[i]].node.op_type for i in pn.inputs
+                                   if i >= 0 and i in pg.producer)
+                after = frozenset(t for o in pn.outputs if o >= 0 for t in readers.get(o, ()))
+                self._neighbours[id(pn.node)] = (before, after)
+        return self._neighbours.get(id(node), (frozenset(), frozenset()))
 
     def subgraph(self, graph) -> Any:
         """The compiled runner of ``graph`` (made on first request, then shared)."""
@@ -156,7 +182,7 @@ def choose_kernel(registry: Registry, pn: PreparedNode, ctx: InferContext) -> Ke
     if isinstance(first, ValueType):   # a sequence/optional input: kernels take any
         first = None
     return registry.resolve_kernel(pn.node.domain, pn.node.op_type, pn.opset, first, pn.node.name,
-                                   input_dtypes=ctx.input_dtypes)
+                                   input_dtypes=ctx.input_dtypes, ctx=ctx)
 
 
 def _all_ints(shape) -> bool:

@@ -14,7 +14,7 @@ from .graph import PreparedGraph, prepare_graph
 from .inference import fold_constants
 from .model import Graph
 from .registry import Registry
-from .rewrite import RewriteReport, apply_rewrites
+from .rewrite import GraphPass, RewriteReport, apply_rewrites
 from .symbolic_inference import infer_symbolic
 
 __all__ = ["optimize_graph"]
@@ -36,7 +36,7 @@ def optimize_graph(pg: PreparedGraph, registry: Registry, dims: Mapping[int, Any
     """
     rewrites = registry.rewrites()
     report = RewriteReport.unchanged(len(pg.nodes))
-    roots = {(rw.pattern.domain, rw.pattern.op_type) for rw in rewrites}
+    roots = {root for rw in rewrites for root in _roots(rw)}
     if not rewrites or not any((pn.node.domain, pn.node.op_type) in roots for pn in pg.nodes):
         return pg, report
     sg: Optional[Any] = None
@@ -63,3 +63,10 @@ def optimize_graph(pg: PreparedGraph, registry: Registry, dims: Mapping[int, Any
         fold_constants(new_pg, registry)
     report.nodes_after = len(new_pg.nodes)
     return new_pg, report
+
+
+def _roots(rw: Any) -> tuple:
+    """(domain, op_type) of the nodes a rewrite starts from (a graph pass's ``roots``)."""
+    if isinstance(rw, GraphPass):
+        return rw.roots
+    return ((rw.pattern.domain, rw.pattern.op_type),)

@@ -165,7 +165,7 @@ def _prepared(steps: list, static: list, symbolic_positions: list, concrete_posi
         prepared[pos] = symbolic_prepared[qid]
     for pos in concrete_positions:
         st = steps[pos]
-        prepared[pos] = st.kernel.prepare(_concrete_context(program, st, shapes, vals))
+        prepared[pos] = st.prepare(_concrete_context(program, st, shapes, vals))
     return prepared
 
 
@@ -298,7 +298,7 @@ def numbers_by_inference(program: Program, segment: Segment, env: dict) -> tuple
     shapes_by_slot, values_by_slot, contexts = _infer_concretely(program, segment, env)
     shapes = tuple(shapes_by_slot[slots[0]] for slots in segment.shape_slots)
     values = tuple(values_by_slot[s] for s in segment.value_slots)
-    prepared = tuple(st.kernel.prepare(contexts[st.index]) for st in segment.symbolic_steps)
+    prepared = tuple(st.prepare(contexts[st.index]) for st in segment.symbolic_steps)
     sizes = tuple(math.prod(shapes_by_slot[b.slots[0]]) * program.sg.dtypes[b.slots[0]].itemsize
                   for b in segment.blocks)
     return (shapes, values, prepared, sizes), contexts
@@ -383,7 +383,7 @@ def _check_static_prepared(segment: Segment, contexts: dict) -> None:
     for st in segment.steps + segment.plan_nodes:
         if st.trace.kind != STATIC or st.kernel.prepare is None:
             continue
-        want = st.kernel.prepare(contexts[st.index])
+        want = st.prepare(contexts[st.index])
         if not _same(st.trace.value, want):
             raise PlanCheckError(f"{st.node.node.op_type} node '{st.node.node.name}': kernel parameters traced as "
                                  f"shape-independent are {st.trace.value!r}, its prepare gives {want!r} here")

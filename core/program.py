@@ -72,6 +72,12 @@ class Step:
     out_sids: tuple = ()
     t: int = -1                # global step index (lifetimes), -1 for plan nodes
     scratch: tuple = ()        # slots of the kernel's scratch buffers (after the graph's own slots)
+    prepacked: Any = None      # what the kernel's prepack made of its constant inputs (None: nothing)
+
+    def prepare(self, ctx):
+        """The kernel's prepared argument for ``ctx`` (``ctx.prepacked`` set to this step's)."""
+        ctx.prepacked = self.prepacked
+        return self.kernel.prepare(ctx) if self.kernel.prepare is not None else ctx
 
 
 @dataclass
@@ -146,7 +152,7 @@ class Program:
         self.input_dims = dict(input_dims)
         self.input_dtypes = dict(input_dtypes)
         self.cache_lock = threading.Lock()   # guards what plans add to it: layouts, continuations
-        self.services = NodeServices(pg.opsets, registry, self._compile_body)
+        self.services = NodeServices(pg.opsets, registry, self._compile_body, graph=pg)
         self.sg: SymbolicGraph = infer_symbolic(pg, registry, input_dims, input_dtypes, self.services, input_values)
         sg = self.sg
         self.slot_names = list(pg.names)     # the graph's tensors, then the kernels' scratch buffers
@@ -207,8 +213,13 @@ class Program:
                 if status in (STEP, PLAN):
                     pn = pg.nodes[idx]
                     kernel = sg.kernels[idx]
-                    step = Step(idx, pn, kernel, tuple(pn.all_inputs), tuple(pn.outputs),
-                                trace_prepare(kernel, sg.contexts[idx]), scratch=self._scratch_slots(idx, kernel))
+                    ctx = sg.contexts[idx]
+                    ctx.prepacked = packed = self._prepack(idx, kernel, ctx)
+                    inputs = tuple(pn.all_inputs)
+                    if packed is not None:
+                        inputs = tuple(-1 if j in kernel.prepack_inputs else i for j, i in enumerate(inputs))
+                    step = Step(idx, pn, kernel, inputs, tuple(pn.outputs), trace_prepare(kernel, ctx),
+                                scratch=self._scratch_slots(idx, kernel), prepacked=packed)
                     if status == STEP:
                         step.t = t
                         t += 1
@@ -223,6 +234,59 @@ class Program:
                     # outer-scope values that are constants here are compiled into the subgraphs
                     seg.binding_inputs.append(pn.inputs + tuple(i for i in pn.implicit if self.template[i] is None))
         self.n_steps = t
+        self._release_prepacked()
+
+    def _prepack(self, idx: int, kernel, ctx) -> Any:
+        """What ``kernel.prepack`` makes of the node's constant inputs (None when the kernel
+        prepacks nothing here); made once per node of the prepared graph, shared by every
+        program compiled from it."""
+        if kernel is None or kernel.prepack is None or not kernel.prepack_inputs:
+            return None
+        cached = self.pg.prepacked.get(idx)
+        if cached is not None:
+            if cached[0] is not kernel:
+                raise RuntimeError(f"node '{self.pg.nodes[idx].node.name}': its constant inputs were prepacked for "
+                                   f"kernel {cached[0].plugin}:{cached[0].op_type} and released, but this program "
+                                   f"chose {kernel.plugin}:{kernel.op_type}")
+            return cached[1]
+        slots = self.pg.nodes[idx].inputs
+        for j in kernel.prepack_inputs:
+            if j >= len(slots) or slots[j] < 0:
+                continue   # an absent optional input
+            value = ctx.value(j)
+            if value is None or value.dtype == object:
+                return None
+        packed = kernel.prepack(ctx)
+        if packed is not None:
+            self.pg.prepacked[idx] = (kernel, packed)
+        return packed
+
+    def _release_prepacked(self) -> None:
+        """Constants that only prepacked steps read are dropped from the value template and,
+        in the prepared graph, replaced by a stand-in without data (its shape and dtype stay
+        for per-node inference): the packed form replaces them. Not with overridable
+        initializers (an overriding session is built from the model's constants)."""
+        pg = self.pg
+        if not pg.prepacked or pg.graph.overridable:
+            return
+        packed_slots = {i for st in self.steps for i, kept in zip(st.node.all_inputs, st.inputs)
+                        if st.prepacked is not None and kept < 0 <= i}
+        packed_slots |= {i for seg in self.segments for st in seg.plan_nodes if st.prepacked is not None
+                         for i, kept in zip(st.node.all_inputs, st.inputs) if kept < 0 <= i}
+        if not packed_slots:
+            return
+        readers = set(pg.output_slots)
+        steps = {st.index: st for seg in self.segments for st in seg.steps + seg.plan_nodes}
+        for idx, pn in enumerate(pg.nodes):
+            st = steps.get(idx)
+            readers.update(st.inputs if st is not None else pn.all_inputs)
+        for slot in packed_slots - readers:
+            value = pg.constants.get(slot)
+            if slot in pg.released or value is None:
+                continue
+            pg.constants[slot] = np.broadcast_to(np.zeros((), value.dtype), value.shape)
+            pg.released.add(slot)
+            self.template[slot] = None
 
     def _scratch_slots(self, idx: int, kernel) -> tuple:
         """Slots for the kernel's scratch buffers (shapes traced symbolically), or ()."""

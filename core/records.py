@@ -124,6 +124,20 @@ class KernelDef:
             node with ``n`` outputs) and are planned in the arena like tensors that live only
             during the step. Written like ``infer_shape`` (shapes symbolic at import, traced
             once); a buffer the engine could not plan arrives as None: allocate it then.
+        accepts: optional ``ctx -> bool``: whether this kernel takes a node, asked when the
+            node's kernel is chosen (its input dtypes, ranks and shapes, attributes, and the
+            values of constant inputs; before output inference). A kernel that declines is
+            passed over for the next one by priority, so a kernel for a special case (a
+            constant weight, one layout) need not carry the general case. Decide from what
+            is the same for every signature: symbolic dims may still be ``Expr``.
+        prepack: optional ``ctx -> object or None``, with ``prepack_inputs``: the kernel's own
+            form of those inputs (GEMM panels, reordered convolution weights: onnxruntime's
+            ``OpKernel::PrePack``), made once per node when the program is compiled and every
+            input in ``prepack_inputs`` is a constant (``ctx.value(i)``). ``prepare`` then sees
+            it as ``ctx.prepacked``, ``compute`` receives None in place of those inputs, and
+            a constant no other node reads is released: the packed form replaces it. None
+            keeps the inputs as they are. Kernels run outside a program (constant folding,
+            :func:`dynashape.testing.check_op`) get the inputs and ``ctx.prepacked`` None.
     """
 
     op_type: str
@@ -139,6 +153,9 @@ class KernelDef:
     priority: int = 0
     reads: Optional[tuple] = None
     scratch: Optional[Callable[["InferContext"], Sequence[tuple]]] = None
+    accepts: Optional[Callable[["InferContext"], bool]] = None
+    prepack: Optional[Callable[["InferContext"], Any]] = None
+    prepack_inputs: tuple = ()
     plugin: str = ""
 
     def covers(self, opset: int) -> bool:
@@ -160,10 +177,13 @@ class InferContext:
     absent optional input (and values for inputs not known on the host). After
     inference, ``output_shapes`` and ``output_dtypes`` are filled in. ``services`` is the
     engine's :class:`~dynashape.node.NodeServices` (the model's opsets, compiled subgraphs).
+    ``prepacked`` is what the kernel's ``prepack`` made of its constant inputs for this node
+    (None when it has none, or outside a compiled program).
     """
 
     __slots__ = ("node", "opset", "input_shapes", "input_dtypes", "input_values",
-                 "output_shapes", "output_dtypes", "symbolic", "fresh", "services", "guards", "_fresh_count")
+                 "output_shapes", "output_dtypes", "symbolic", "fresh", "services", "guards", "_fresh_count",
+                 "prepacked")
 
     def __init__(self, node, opset: int, input_shapes, input_dtypes, input_values,
                  symbolic: bool = False, fresh: Optional[Callable[[], Expr]] = None, services=None):
@@ -179,6 +199,7 @@ class InferContext:
         self.services = services
         self.guards: list = []
         self._fresh_count = -1
+        self.prepacked: Any = None
 
     # node ---------------------------------------------------------------
     @property

@@ -27,7 +27,7 @@ import numpy as np
 import pluggy
 
 from . import hookspecs
-from .errors import KernelConflictError, PluginError, UnsupportedOperatorError
+from .errors import KernelConflictError, PluginContractError, PluginError, UnsupportedOperatorError
 from .records import KernelDef, OpDef
 from .rewrite import RewriteDef
 
@@ -105,13 +105,16 @@ class Registry:
         return versions[i - 1]
 
     def resolve_kernel(self, domain: str, op_type: str, opset: int, dtype: Optional[np.dtype],
-                       node_name: str = "", device: str = "cpu", input_dtypes: Optional[Sequence] = None) -> KernelDef:
+                       node_name: str = "", device: str = "cpu", input_dtypes: Optional[Sequence] = None,
+                       ctx: Any = None) -> KernelDef:
         """The kernel for a node at an opset (highest priority first) whose ``dtypes`` accept
         the dtype of its ``dtype_input``: read from ``input_dtypes`` (the node's input dtypes,
-        None where unknown) when given, else ``dtype`` for every kernel.
+        None where unknown) when given, else ``dtype`` for every kernel. With the node's
+        context ``ctx``, a kernel whose ``accepts(ctx)`` is False is passed over.
 
         Raises:
             UnsupportedOperatorError: no kernel fits (the message lists the registered ones).
+            PluginContractError: a kernel's ``accepts`` raised (naming its plugin).
         """
         if dtype is not None and not isinstance(dtype, np.dtype):
             dtype = np.dtype(dtype)
@@ -124,7 +127,8 @@ class Registry:
             return not isinstance(d, np.dtype) or d.name in k.dtypes
 
         for k in self._kernels.get((domain, op_type), []):
-            if k.device == device and k.covers(opset) and accepts(k):
+            if k.device == device and k.covers(opset) and accepts(k) and (
+                    ctx is None or k.accepts is None or _kernel_accepts(k, ctx, node_name)):
                 return k
         name = None if dtype is None else dtype.name
         have = "; ".join(
@@ -134,6 +138,15 @@ class Registry:
         raise UnsupportedOperatorError(
             f"no {device} kernel for operator {op_type} of domain '{domain or 'ai.onnx'}' at opset {opset} "
             f"with input dtype {name}{where}; registered kernels: {have}")
+
+
+def _kernel_accepts(k: KernelDef, ctx: Any, node_name: str) -> bool:
+    try:
+        return bool(k.accepts(ctx))
+    except Exception as exc:
+        raise PluginContractError(
+            f"accepts of the {k.domain or 'ai.onnx'}::{k.op_type} kernel of plugin '{k.plugin}' raised for node "
+            f"'{node_name}': {type(exc).__name__}: {exc}") from exc
 
 
 def _ranges_overlap(a: KernelDef, b: KernelDef) -> bool:

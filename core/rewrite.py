@@ -37,8 +37,8 @@ import numpy as np
 from .model import Graph, Node
 from .symbolic import Expr
 
-__all__ = ["Pattern", "RewriteDef", "Match", "Fired", "RewriteReport", "op", "value", "const",
-           "apply_rewrites", "COMMUTATIVE"]
+__all__ = ["Pattern", "RewriteDef", "GraphPass", "GraphView", "Match", "Fired", "RewriteReport", "op", "value",
+           "const", "apply_rewrites", "COMMUTATIVE"]
 
 #: binary ops whose two inputs a pattern matches in either order
 COMMUTATIVE = frozenset({"Add", "Mul", "Max", "Min", "Sum", "And", "Or", "Xor", "Equal"})
@@ -116,6 +116,78 @@ class RewriteDef:
     priority: int = 0
     description: str = ""
     plugin: str = ""
+
+
+PassFn = Callable[["GraphView"], Optional[tuple]]
+
+
+@dataclass(frozen=True)
+class GraphPass:
+    """A rewrite of the whole graph at once, for what no local pattern can say (a layout
+    assigned to a region of nodes, with conversions at its borders).
+
+    Attributes:
+        name, priority, description, plugin: as :class:`RewriteDef` (one name space, one
+            order: passes and pattern rewrites run by priority, then name).
+        run: ``run(view) -> (nodes, new_constants) | None``: the new node list (in
+            topological order; every output the old graph's outputs and unchanged nodes
+            read must still be produced under its name) and the initializers it adds, or
+            None to leave the graph as it is. ``view`` is a :class:`GraphView`.
+        roots: ``(domain, op_type)`` pairs of which the graph must hold at least one for the
+            pass to be tried (a session whose graph has none pays nothing).
+    """
+
+    name: str
+    run: PassFn
+    roots: tuple = ()
+    priority: int = 0
+    description: str = ""
+    plugin: str = ""
+
+
+class GraphView:
+    """What a :class:`GraphPass` reads of the graph being rewritten: the nodes in order, who
+    produces and reads each tensor, constants, symbolic shapes and dtypes of the graph
+    before rewriting (a name an earlier rewrite made has none), the graph's inputs and
+    outputs, and fresh names."""
+
+    def __init__(self, state: "_GraphState"):
+        self._state = state
+
+    @property
+    def nodes(self) -> list:
+        return list(self._state.nodes)
+
+    @property
+    def outputs(self) -> set:
+        """Names of the graph's outputs."""
+        return set(self._state.outputs)
+
+    def producer(self, name: str) -> Optional[Node]:
+        return self._state.producer.get(name)
+
+    def consumers(self, name: str) -> list:
+        return list(self._state.consumers.get(name, ()))
+
+    def const(self, name: str) -> Optional[np.ndarray]:
+        return self._state.constants.get(name)
+
+    def shape(self, name: str) -> Optional[tuple]:
+        c = self._state.constants.get(name)
+        return tuple(c.shape) if c is not None else self._state.shape(name)
+
+    def dtype(self, name: str) -> Optional[np.dtype]:
+        c = self._state.constants.get(name)
+        return c.dtype if c is not None else self._state.dtype(name)
+
+    def opset(self, node: Node) -> int:
+        if node.opset is not None:
+            return node.opset
+        return self._state.opsets.get(node.domain, self._state.opsets.get("", 1) if not node.domain else 1)
+
+    def fresh(self, hint: str) -> str:
+        """A tensor name used nowhere in the graph."""
+        return self._state.fresh(hint)
 
 
 @dataclass(frozen=True)
@@ -402,6 +474,26 @@ def _try(rw: RewriteDef, state: _GraphState, root: Node) -> Optional[tuple]:
     return None
 
 
+def _run_pass(gp: GraphPass, state: _GraphState, report: RewriteReport) -> None:
+    """Run a whole-graph pass; its replacement becomes the state's node list."""
+    if gp.roots and not any((n.domain, n.op_type) in gp.roots for n in state.nodes):
+        return
+    result = gp.run(GraphView(state))
+    if result is None:
+        return
+    nodes, new_constants = result
+    before = {id(n) for n in state.nodes}
+    after = {id(n) for n in nodes}
+    removed, added = len(before - after), len(after - before)
+    if not removed and not added:
+        return
+    state.nodes = list(nodes)
+    state.constants.update(new_constants)
+    state.taken.update(new_constants)
+    state.reindex()
+    report.fired.append(Fired(gp.name, gp.plugin, "(graph)", removed, added))
+
+
 def _forwarded(node: Node, forwards: Mapping[str, str]) -> Node:
     if not any(i in forwards for i in node.inputs):
         return node
@@ -431,6 +523,9 @@ def apply_rewrites(graph: Graph, nodes: Sequence[Node], constants: Mapping[str, 
     state = _GraphState(graph, list(nodes), dict(constants), shape_info, opsets or {})
     report = RewriteReport(nodes_before=len(state.nodes))
     for rw in rewrites:
+        if isinstance(rw, GraphPass):
+            _run_pass(rw, state, report)
+            continue
         roots = [n for n in state.nodes if n.op_type == rw.pattern.op_type and n.domain == rw.pattern.domain]
         renamed: dict[int, Node] = {}   # a root whose inputs a forward rewrote -> its new node
         for root in roots:

@@ -8,8 +8,8 @@
 
 ``activation`` names the epilogue (``""`` for none) and ``activation_params`` its floats:
 Relu, Sigmoid, Tanh, LeakyRelu (alpha), HardSigmoid (alpha, beta), HardSwish, Clip (min,
-max), Gelu, GeluTanh (Gelu with approximate="tanh"): the activations the builtin rewrites
-absorb. Each is
+max), Gelu, GeluTanh (Gelu with approximate="tanh"), Swish (alpha; ``x * Sigmoid(alpha * x)``,
+SiLU at 1): the activations the rewrites absorb. Each is
 computed in place on the output buffer, by the same function as the standalone ONNX op,
 so a fused result equals the unfused one. float32 and float64 only (the rewrites check).
 
@@ -55,6 +55,7 @@ EPILOGUES: dict[str, tuple[Callable, Callable]] = {
     "Clip": (_clip, lambda p: (p[0], p[1])),
     "Gelu": (act._gelu, lambda p: False),
     "GeluTanh": (act._gelu, lambda p: True),
+    "Swish": (act._swish, lambda p: (p[0] if p else 1.0,)),
 }
 
 

@@ -1,0 +1,458 @@
+"""A ctypes binding of the part of oneDNN's C API (v3.x, ``dnnl.h``) the kernels use.
+
+oneDNN (https://github.com/oneapi-src/oneDNN) is Intel's library of deep-learning
+primitives: matmul and convolution with weights reordered once into the blocked layout its
+JIT kernels want, and post-ops (bias, activations, a residual add) applied in the output
+pass. The ``onednn-cpu-gomp`` wheel (the ``[fast]`` extra on Linux x86-64) ships
+``libdnnl.so.3`` built for CPUs with GNU OpenMP; this module finds it, declares the
+functions, and wraps the handles so they are released with their Python objects:
+
+* :class:`MemoryDesc` (``dnnl_memory_desc_t``): dims, data type and layout (strides or a
+  format tag such as ``any``, which lets a primitive choose a blocked layout);
+* :class:`Primitive`: a primitive descriptor and its primitive, executed on raw pointers
+  (:meth:`Primitive.execute`); memory objects are made per calling thread, so one
+  primitive runs from several threads at once;
+* :func:`reorder`: copy data between two layouts (packing weights);
+* :func:`post_ops_attr`: the attribute with eltwise / binary / sum post-ops.
+
+Errors: a oneDNN call that fails raises :class:`OneDNNError` naming the function and
+status; ``status == UNIMPLEMENTED`` (no implementation for these shapes or layouts) is the
+kernels' signal to keep their numpy path.
+
+Threads: oneDNN parallelises with OpenMP; :func:`set_threads` sets the calling thread's
+OpenMP thread count (``omp_set_num_threads`` of the libgomp oneDNN is linked to).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import threading
+from functools import lru_cache
+from importlib import metadata
+from typing import Optional, Sequence
+
+import numpy as np
+
+__all__ = ["OneDNNError", "UNIMPLEMENTED", "library", "unavailable_reason", "MemoryDesc", "Primitive",
+           "PackedWeights", "make_reorder", "reorder", "post_ops_attr", "set_threads", "F32", "ANY", "dims_of"]
+
+#: the environment variable naming a libdnnl.so to load instead of the wheel's
+LIBRARY_VARIABLE = "DYNASHAPE_ONEDNN_LIBRARY"
+#: PyPI distributions that ship a CPU libdnnl.so.3 (GNU OpenMP first: numpy's OpenBLAS and
+#: numba use pthreads / their own pools, and libgomp is the system's OpenMP)
+DISTRIBUTIONS = ("onednn-cpu-gomp", "onednn-cpu-iomp", "onednn-cpu-tbb")
+
+# enums of dnnl_types.h (v3.2)
+SUCCESS, UNIMPLEMENTED = 0, 3
+_STATUS = {1: "out_of_memory", 2: "invalid_arguments", 3: "unimplemented", 4: "last_impl_reached",
+           5: "runtime_error", 6: "not_required"}
+F32 = 3                      # dnnl_f32
+ANY = 1                      # dnnl_format_tag_any
+CPU_ENGINE = 1               # dnnl_cpu
+STREAM_DEFAULT = 1           # dnnl_stream_default_flags
+FORWARD_INFERENCE = 96       # dnnl_forward_inference
+CONVOLUTION_DIRECT = 1       # dnnl_convolution_direct
+QUERY_SRC, QUERY_WEIGHTS, QUERY_DST = 129, 131, 133
+QUERY_IMPL_INFO = 8          # dnnl_query_impl_info_str
+ARG_SRC, ARG_SRC_1, ARG_DST, ARG_WEIGHTS, ARG_BIAS = 1, 2, 17, 33, 41
+ARG_POST_OP_BASE = 32768     # DNNL_ARG_ATTR_MULTIPLE_POST_OP_BASE
+MAX_NDIMS = 12
+
+# dnnl_alg_kind_t of the eltwise post-ops, binary ops and pools
+ELTWISE = {"relu": 32, "tanh": 33, "elu": 34, "abs": 36, "linear": 38, "soft_relu": 39, "hardsigmoid": 40,
+           "logistic": 41, "exp": 42, "gelu_tanh": 43, "swish": 44, "clip": 46, "clip_v2": 47,
+           "gelu_erf": 49, "mish": 51, "hardswish": 52}
+BINARY = {"add": 131056, "mul": 131057, "max": 131058, "min": 131059, "div": 131060, "sub": 131061}
+POOLING = {"max": 511, "avg_include_padding": 767, "avg_exclude_padding": 1023}
+
+Dims = ctypes.c_int64 * MAX_NDIMS
+_vp = ctypes.c_void_p
+
+
+class OneDNNError(RuntimeError):
+    """A oneDNN call failed: ``function`` and ``status`` (``UNIMPLEMENTED``: no implementation
+    for these shapes, layouts or attributes)."""
+
+    def __init__(self, function: str, status: int):
+        super().__init__(f"oneDNN {function} failed: {_STATUS.get(status, status)}")
+        self.function = function
+        self.status = status
+
+
+class _ExecArg(ctypes.Structure):
+    _fields_ = [("arg", ctypes.c_int), ("memory", _vp)]
+
+
+class _Version(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_int), ("minor", ctypes.c_int), ("patch", ctypes.c_int),
+                ("hash", ctypes.c_char_p), ("cpu_runtime", ctypes.c_uint), ("gpu_runtime", ctypes.c_uint)]
+
+
+# name -> (argtypes) of functions returning dnnl_status_t
+_STATUS_FUNCTIONS = {
+    "dnnl_engine_create": [ctypes.POINTER(_vp), ctypes.c_int, ctypes.c_size_t],
+    "dnnl_stream_create": [ctypes.POINTER(_vp), _vp, ctypes.c_uint],
+    "dnnl_stream_destroy": [_vp],
+    "dnnl_memory_desc_create_with_tag": [ctypes.POINTER(_vp), ctypes.c_int, Dims, ctypes.c_int, ctypes.c_int],
+    "dnnl_memory_desc_create_with_strides": [ctypes.POINTER(_vp), ctypes.c_int, Dims, ctypes.c_int, Dims],
+    "dnnl_memory_desc_clone": [ctypes.POINTER(_vp), _vp],
+    "dnnl_memory_desc_destroy": [_vp],
+    "dnnl_memory_create": [ctypes.POINTER(_vp), _vp, _vp, _vp],
+    "dnnl_memory_set_data_handle": [_vp, _vp],
+    "dnnl_memory_destroy": [_vp],
+    "dnnl_primitive_attr_create": [ctypes.POINTER(_vp)],
+    "dnnl_primitive_attr_destroy": [_vp],
+    "dnnl_primitive_attr_set_post_ops": [_vp, _vp],
+    "dnnl_post_ops_create": [ctypes.POINTER(_vp)],
+    "dnnl_post_ops_destroy": [_vp],
+    "dnnl_post_ops_append_eltwise": [_vp, ctypes.c_int, ctypes.c_float, ctypes.c_float],
+    "dnnl_post_ops_append_binary": [_vp, ctypes.c_int, _vp],
+    "dnnl_post_ops_append_sum": [_vp, ctypes.c_float, ctypes.c_int32, ctypes.c_int],
+    "dnnl_primitive_desc_destroy": [_vp],
+    "dnnl_primitive_desc_query": [_vp, ctypes.c_int, ctypes.c_int, _vp],
+    "dnnl_primitive_create": [ctypes.POINTER(_vp), _vp],
+    "dnnl_primitive_destroy": [_vp],
+    "dnnl_primitive_execute": [_vp, _vp, ctypes.c_int, ctypes.POINTER(_ExecArg)],
+    "dnnl_matmul_primitive_desc_create": [ctypes.POINTER(_vp), _vp, _vp, _vp, _vp, _vp, _vp],
+    "dnnl_convolution_forward_primitive_desc_create": [ctypes.POINTER(_vp), _vp, ctypes.c_int, ctypes.c_int,
+                                                       _vp, _vp, _vp, _vp, Dims, Dims, Dims, Dims, _vp],
+    "dnnl_pooling_forward_primitive_desc_create": [ctypes.POINTER(_vp), _vp, ctypes.c_int, ctypes.c_int, _vp, _vp,
+                                                   Dims, Dims, Dims, Dims, Dims, _vp],
+    "dnnl_reorder_primitive_desc_create": [ctypes.POINTER(_vp), _vp, _vp, _vp, _vp, _vp],
+}
+
+
+def _candidates() -> list:
+    """Paths to try for libdnnl.so.3: the environment variable, then the wheels' files,
+    then ``<prefix>/lib``."""
+    out = []
+    if os.environ.get(LIBRARY_VARIABLE):
+        out.append(os.environ[LIBRARY_VARIABLE])
+    for dist in DISTRIBUTIONS:
+        try:
+            files = metadata.distribution(dist).files or ()
+        except metadata.PackageNotFoundError:
+            continue
+        out.extend(str(metadata.distribution(dist).locate_file(f)) for f in files if str(f).endswith("libdnnl.so.3"))
+    out.append(os.path.join(sys.prefix, "lib", "libdnnl.so.3"))
+    return out
+
+
+_reason = ""
+
+
+@lru_cache(maxsize=None)
+def library() -> Optional[ctypes.CDLL]:
+    """The loaded libdnnl with its functions declared, or None (:func:`unavailable_reason`
+    says why: not installed, not loadable, or not oneDNN 3.x). Loaded once per process."""
+    global _reason
+    if not sys.platform.startswith("linux"):
+        _reason = f"the oneDNN wheel is for Linux x86-64 (this is {sys.platform})"
+        return None
+    errors = []
+    for path in _candidates():
+        if not os.path.exists(path):
+            continue
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as exc:
+            errors.append(f"{path}: {exc}")
+            continue
+        lib.dnnl_version.restype = ctypes.POINTER(_Version)
+        version = lib.dnnl_version().contents
+        if version.major != 3:
+            errors.append(f"{path}: oneDNN {version.major}.{version.minor}, the kernels need 3.x")
+            continue
+        _declare(lib)
+        return lib
+    _reason = "; ".join(errors) or ("libdnnl.so.3 not found (pip install onednn-cpu-gomp, or set "
+                                    f"{LIBRARY_VARIABLE})")
+    return None
+
+
+def unavailable_reason() -> str:
+    """Why :func:`library` is None ("" when it loaded)."""
+    return "" if library() is not None else _reason
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    for name, argtypes in _STATUS_FUNCTIONS.items():
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = argtypes, ctypes.c_int
+    lib.dnnl_primitive_desc_query_md.argtypes = [_vp, ctypes.c_int, ctypes.c_int]
+    lib.dnnl_primitive_desc_query_md.restype = _vp
+    lib.dnnl_memory_desc_get_size.argtypes = [_vp]
+    lib.dnnl_memory_desc_get_size.restype = ctypes.c_size_t
+    lib.dnnl_memory_desc_equal.argtypes = [_vp, _vp]
+    lib.dnnl_memory_desc_equal.restype = ctypes.c_int
+
+
+def _call(name: str, *args) -> None:
+    status = getattr(library(), name)(*args)
+    if status != SUCCESS:
+        raise OneDNNError(name, status)
+
+
+def _new(name: str, *args) -> _vp:
+    """Call a ``dnnl_*_create`` function; the handle it made."""
+    handle = _vp()
+    _call(name, ctypes.byref(handle), *args)
+    return handle
+
+
+@lru_cache(maxsize=None)
+def _engine() -> _vp:
+    return _new("dnnl_engine_create", CPU_ENGINE, 0)
+
+
+_local = threading.local()
+
+
+def _stream() -> _vp:
+    """The calling thread's stream (oneDNN streams are not shared between threads)."""
+    s = getattr(_local, "stream", None)
+    if s is None:
+        s = _local.stream = _Handle(_new("dnnl_stream_create", _engine(), STREAM_DEFAULT), "dnnl_stream_destroy")
+    return s.handle
+
+
+class _Handle:
+    """An owned oneDNN handle, destroyed with this object."""
+
+    __slots__ = ("handle", "_destroy")
+
+    def __init__(self, handle: _vp, destroy: str):
+        self.handle, self._destroy = handle, destroy
+
+    def __del__(self):
+        try:
+            if self.handle:
+                getattr(library(), self._destroy)(self.handle)
+                self.handle = None
+        except Exception:  # noqa: BLE001 - interpreter shutdown: the library may be gone
+            pass
+
+
+def dims_of(values: Sequence[int]) -> "ctypes.Array":
+    """A ``dnnl_dims_t`` holding ``values``."""
+    return Dims(*[int(v) for v in values])
+
+
+class MemoryDesc:
+    """An owned ``dnnl_memory_desc_t``: ``MemoryDesc(dims, strides=...)`` (in elements),
+    ``MemoryDesc(dims, tag=ANY)``, or :meth:`copy_of` a descriptor a primitive reports."""
+
+    __slots__ = ("_h", "dims")
+
+    def __init__(self, dims: Sequence[int], strides: Optional[Sequence[int]] = None, tag: Optional[int] = None,
+                 handle: Optional[_vp] = None):
+        self.dims = tuple(int(d) for d in dims)
+        if handle is None:
+            if strides is not None:
+                handle = _new("dnnl_memory_desc_create_with_strides", len(self.dims), dims_of(self.dims), F32,
+                              dims_of(strides))
+            else:
+                handle = _new("dnnl_memory_desc_create_with_tag", len(self.dims), dims_of(self.dims), F32,
+                              ANY if tag is None else tag)
+        self._h = _Handle(handle, "dnnl_memory_desc_destroy")
+
+    @classmethod
+    def copy_of(cls, md: int, dims: Sequence[int]) -> "MemoryDesc":
+        """An owned copy of a descriptor owned by someone else (a primitive descriptor)."""
+        return cls(dims, handle=_new("dnnl_memory_desc_clone", _vp(md)))
+
+    @classmethod
+    def of_array(cls, shape: Sequence[int], strides_bytes: Sequence[int], itemsize: int = 4) -> "MemoryDesc":
+        """The descriptor of a numpy array's view (strides in bytes)."""
+        return cls(shape, strides=[s // itemsize for s in strides_bytes])
+
+    @property
+    def handle(self) -> _vp:
+        return self._h.handle
+
+    @property
+    def nbytes(self) -> int:
+        return int(library().dnnl_memory_desc_get_size(self.handle))
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, MemoryDesc) and bool(library().dnnl_memory_desc_equal(self.handle, other.handle))
+
+    def __hash__(self) -> int:
+        return hash(self.dims)
+
+
+class Primitive:
+    """A primitive made from a primitive descriptor, with the descriptor of each argument.
+
+    ``args`` are the oneDNN argument ids in the order :meth:`execute` takes pointers for
+    them; ``mds`` their descriptors (None: asked from the primitive descriptor with
+    ``dnnl_query_exec_arg_md``).
+    """
+
+    __slots__ = ("_pd", "_prim", "args", "mds", "impl", "_local", "__weakref__")
+
+    def __init__(self, pd: _vp, args: Sequence[int], mds: Sequence[MemoryDesc]):
+        self._pd = _Handle(pd, "dnnl_primitive_desc_destroy")
+        self._prim = _Handle(_new("dnnl_primitive_create", pd), "dnnl_primitive_destroy")
+        self.args = tuple(args)
+        self.mds = tuple(mds)
+        info = ctypes.c_char_p()
+        library().dnnl_primitive_desc_query(pd, QUERY_IMPL_INFO, 0, ctypes.byref(info))
+        self.impl = (info.value or b"").decode()
+        self._local = threading.local()
+
+    def queried(self, what: int, dims: Sequence[int]) -> MemoryDesc:
+        """A copy of the descriptor the primitive chose for ``what`` (QUERY_WEIGHTS, ...)."""
+        return MemoryDesc.copy_of(library().dnnl_primitive_desc_query_md(self._pd.handle, what, 0), dims)
+
+    def _bound(self):
+        """(arg array, memory handles) of the calling thread, made on its first call."""
+        mine = getattr(self._local, "bound", None)
+        if mine is None:
+            engine = _engine()
+            mems = [_Handle(_new("dnnl_memory_create", md.handle, engine, None), "dnnl_memory_destroy")
+                    for md in self.mds]
+            array = (_ExecArg * len(mems))(*[_ExecArg(a, m.handle) for a, m in zip(self.args, mems)])
+            mine = self._local.bound = (array, mems, [m.handle for m in mems])
+        return mine
+
+    def execute(self, pointers: Sequence[int]) -> None:
+        """Run on the data at ``pointers`` (one per argument, in ``args`` order)."""
+        lib = library()
+        array, _, handles = self._bound()
+        set_handle = lib.dnnl_memory_set_data_handle
+        for h, p in zip(handles, pointers):
+            set_handle(h, p)
+        status = lib.dnnl_primitive_execute(self._prim.handle, _stream(), len(handles), array)
+        if status != SUCCESS:
+            raise OneDNNError("dnnl_primitive_execute", status)
+
+
+def make_primitive(create: str, args: Sequence[int], mds: Sequence[MemoryDesc], *create_args) -> Primitive:
+    """``Primitive`` from ``dnnl_<kind>_primitive_desc_create(&pd, engine, *create_args)``."""
+    pd = _new(create, _engine(), *create_args)
+    return Primitive(pd, args, mds)
+
+
+def make_reorder(src: MemoryDesc, dst: MemoryDesc) -> Primitive:
+    """The primitive copying data of layout ``src`` into layout ``dst`` (execute with the
+    source and destination pointers)."""
+    engine = _engine()
+    pd = _new("dnnl_reorder_primitive_desc_create", src.handle, engine, dst.handle, engine, None)
+    return Primitive(pd, (ARG_SRC, ARG_DST), (src, dst))
+
+
+def reorder(src: MemoryDesc, dst: MemoryDesc, src_pointer: int, dst_pointer: int) -> None:
+    """Copy the data of layout ``src`` at ``src_pointer`` into layout ``dst`` at ``dst_pointer``."""
+    make_reorder(src, dst).execute((src_pointer, dst_pointer))
+
+
+class PackedWeights:
+    """A constant weight reordered into the layout(s) oneDNN's primitives read.
+
+    Made from the plain array and the layout a first primitive chose; the plain array is
+    not kept. A primitive for new shapes is made for the packed layout first; where only
+    oneDNN's reference implementation takes that layout (the best kernel for these shapes
+    wants another one: a 1 x 1 image, a single row), the layout it wants is made once
+    from the packed one and kept beside it.
+    """
+
+    __slots__ = ("layouts", "_lock")
+
+    def __init__(self, plain: MemoryDesc, data, packed: MemoryDesc):
+        self.layouts: list = []       # (MemoryDesc, aligned buffer, pointer)
+        self._lock = threading.Lock()
+        self._add(packed, lambda dst: reorder(plain, packed, data.ctypes.data, dst))
+
+    def _add(self, md: MemoryDesc, fill) -> int:
+        buf = np.empty(md.nbytes + 64, np.uint8)
+        pointer = buf.ctypes.data + (-buf.ctypes.data) % 64
+        fill(pointer)
+        self.layouts.append((md, buf, pointer))
+        return pointer
+
+    @property
+    def nbytes(self) -> int:
+        return sum(int(buf.nbytes) for _, buf, _ in self.layouts)
+
+    def primitive(self, make) -> tuple:
+        """``(primitive, pointer of the weights it reads)`` from ``make(weights_md)``."""
+        md, _, pointer = self.layouts[0]
+        prim = make(md)
+        if not prim.impl.startswith("ref"):
+            return prim, pointer
+        best = make(MemoryDesc(md.dims, tag=ANY))
+        if best.impl.startswith("ref"):
+            return prim, pointer
+        wanted = best.mds[1]
+        with self._lock:
+            for have, _, p in self.layouts:
+                if have == wanted:
+                    return best, p
+            return best, self._add(wanted, lambda dst: reorder(md, wanted, pointer, dst))
+
+
+class Attr:
+    """An owned ``dnnl_primitive_attr_t`` (and its post-ops); ``binary_mds`` lists the
+    (execute argument id, descriptor) of each binary post-op's second input."""
+
+    __slots__ = ("_h", "_po", "binary_mds")
+
+    def __init__(self, post_ops: Sequence[tuple] = ()):
+        self._h = _Handle(_new("dnnl_primitive_attr_create"), "dnnl_primitive_attr_destroy")
+        self._po = None
+        self.binary_mds: list = []
+        if not post_ops:
+            return
+        self._po = _Handle(_new("dnnl_post_ops_create"), "dnnl_post_ops_destroy")
+        for position, op in enumerate(post_ops):
+            kind = op[0]
+            if kind == "eltwise":
+                _call("dnnl_post_ops_append_eltwise", self._po.handle, ELTWISE[op[1]], float(op[2]), float(op[3]))
+            elif kind == "binary":
+                _call("dnnl_post_ops_append_binary", self._po.handle, BINARY[op[1]], op[2].handle)
+                self.binary_mds.append((binary_arg(position), op[2]))
+            elif kind == "sum":
+                _call("dnnl_post_ops_append_sum", self._po.handle, float(op[1]), 0, F32)
+            else:
+                raise ValueError(f"unknown post-op {op!r}")
+        _call("dnnl_primitive_attr_set_post_ops", self._h.handle, self._po.handle)
+
+    @property
+    def handle(self) -> _vp:
+        return self._h.handle
+
+
+def post_ops_attr(post_ops: Sequence[tuple] = ()) -> Attr:
+    """The attribute with ``post_ops``: ``("eltwise", name, alpha, beta)`` (``name`` a key of
+    :data:`ELTWISE`), ``("binary", name, MemoryDesc of the second input)``, ``("sum", scale)``
+    (add the destination's previous contents), applied in order."""
+    return Attr(post_ops)
+
+
+def binary_arg(index: int) -> int:
+    """The execute argument id of the second input of the ``index``-th binary post-op
+    (``DNNL_ARG_ATTR_MULTIPLE_POST_OP(k) | DNNL_ARG_SRC_1``, k counting every post-op)."""
+    return ARG_POST_OP_BASE * (index + 1) | ARG_SRC_1
+
+
+@lru_cache(maxsize=None)
+def _omp_set_num_threads():
+    try:
+        fn = ctypes.CDLL("libgomp.so.1").omp_set_num_threads
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes, fn.restype = [ctypes.c_int], None
+    return fn
+
+
+def set_threads(n: int) -> None:
+    """Let oneDNN calls on this thread use ``n`` OpenMP threads (cached: a call with the
+    thread's current count costs an attribute lookup)."""
+    if getattr(_local, "threads", None) == n:
+        return
+    fn = _omp_set_num_threads()
+    if fn is not None:
+        fn(int(n))
+    _local.threads = n

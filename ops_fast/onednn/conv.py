@@ -1,0 +1,260 @@
+"""2-D convolution in the channels-last layout (NHWC), the layout oneDNN's direct kernels read.
+
+``dynashape::NhwcConv(X, W, B?, Z?)`` is Conv-11 on a channels-last X ``(N, H, W, C)`` with
+the output channels-last too ``(N, OH, OW, M)``; W stays in ONNX's ``(M, C/group, KH, KW)``.
+Optional ``Z`` (the output's shape) is added before the activation (a residual branch), and
+``activation`` / ``activation_params`` name the epilogue as in FusedConv. The layout pass
+(:mod:`.layout`) makes these nodes from Conv / FusedConv; no model contains them.
+
+Kernels:
+
+* oneDNN (priority 20): the weights reordered once into the blocked layout the primitive
+  chooses (``prepack``), then per input shape one primitive (brgconv, brdgmm depthwise, the
+  1x1 kernels; made on first use and kept with the weights) with bias, residual (a binary
+  add) and activation as post-ops: one pass over the output. Measured against onnxruntime's
+  NCHWc kernels in ``benchmarks/kernels.py``.
+* numpy (priority 0, the reference and fallback): transposes around the builtin Conv kernel.
+
+Source: ONNX Conv-11; oneDNN's convolution primitive
+(https://oneapi-src.github.io/oneDNN/dev_guide_convolution.html).
+"""
+from __future__ import annotations
+
+import threading
+from typing import NamedTuple, Optional
+
+import numpy as np
+from dynashape.ops_builtin import fusions, nn
+from dynashape.records import InferContext, OpLibrary, same_dtype
+from dynashape.threads import intra_op_threads
+
+from . import api
+from .gemm import ACTIVATIONS, PRIORITY, eltwise_post_ops
+
+lib = OpLibrary()
+
+DOMAIN = fusions.DOMAIN
+F32 = np.dtype(np.float32)
+#: NHWC axis of each NCHW axis, and back
+TO_NHWC, TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
+#: input shapes kept per packed weight (each a primitive)
+MAX_PRIMITIVES = 32
+
+
+def nchw(shape):
+    """The NCHW order of an NHWC shape (None stays None)."""
+    return None if shape is None else (shape[0], shape[3], shape[1], shape[2])
+
+
+def nhwc(shape):
+    """The NHWC order of an NCHW shape."""
+    return None if shape is None else (shape[0], shape[2], shape[3], shape[1])
+
+
+def conv_context(ctx) -> InferContext:
+    """The NCHW Conv context of an NhwcConv node (its X and Z read as NCHW); inference run
+    on it states its guards on ``ctx`` too."""
+    shapes = [nchw(ctx.shape(0))] + [ctx.shape(i) for i in (1, 2)]
+    inner = InferContext(ctx.node, 11, shapes, [ctx.dtype(i) for i in range(3)],
+                         [ctx.value(i) for i in range(3)], symbolic=ctx.symbolic, fresh=ctx.fresh,
+                         services=ctx.services)
+    inner.guards = ctx.guards
+    return inner
+
+
+@lib.op("NhwcConv", 1, domain=DOMAIN, infer_dtype=same_dtype(0))
+def _nhwc_conv_shape(ctx):
+    """NhwcConv: Y (N, OH, OW, M) from X (N, H, W, C), W (M, C/group, KH, KW), B (M,), Z of
+    Y's shape; attributes and errors as Conv-11 (2-D only) plus FusedConv's activation.
+    Source: ONNX Conv-11."""
+    x = ctx.shape(0)
+    if x is not None and len(x) != 4:
+        ctx.fail(f"X must be 4-D (N, H, W, C), got rank {len(x)}", kind="InvalidRank")
+    fusions.epilogue(ctx)
+    y = nn._conv_shape(conv_context(ctx))[0]
+    y = nhwc(y)
+    if ctx.has_input(3) and y is not None and ctx.shape(3) is not None:
+        z = ctx.shape(3)
+        if len(z) != 4 or not all(ctx.assume(a, "==", b) for a, b in zip(z, y)):
+            ctx.fail(f"Z must have the output's shape {tuple(y)}, got {tuple(z)}", kind="ShapeMismatch")
+    return [y]
+
+
+# the numpy reference -----------------------------------------------------------------
+
+class _Reference(NamedTuple):
+    conv: object
+    epilogue: Optional[fusions.Epilogue]
+
+
+def _reference_prepare(ctx) -> _Reference:
+    return _Reference(nn._conv_prepare(conv_context(ctx)), fusions.epilogue(ctx))
+
+
+@lib.kernel("NhwcConv", domain=DOMAIN, dtypes=[np.float32, np.float64], prepare=_reference_prepare)
+def _nhwc_conv_reference(inputs, outputs, p: _Reference):
+    x = np.ascontiguousarray(inputs[0].transpose(TO_NCHW))
+    y = np.empty(p.conv.out_shape, x.dtype)
+    nn._conv([x, inputs[1], inputs[2] if len(inputs) > 2 else None], [y], p.conv)
+    if len(inputs) > 3 and inputs[3] is not None:
+        y += inputs[3].transpose(TO_NCHW)
+    if p.epilogue is not None:
+        p.epilogue(y)
+    outputs[0][...] = y.transpose(TO_NHWC)
+
+
+# oneDNN ------------------------------------------------------------------------------
+
+def _nhwc_md(dims_nchw) -> api.MemoryDesc:
+    """A descriptor with NCHW dims over channels-last (contiguous NHWC) memory."""
+    n, c, h, w = (int(d) for d in dims_nchw)
+    return api.MemoryDesc((n, c, h, w), strides=(h * w * c, 1, w * c, c))
+
+
+class PackedConv:
+    """A constant 2-D Conv weight in oneDNN's layout, its bias and epilogue, and the
+    primitives made for it per (input shape, threads)."""
+
+    opaque_to_tracing = True
+    __slots__ = ("attrs", "group", "m", "c", "kernel", "bias", "post_ops", "residual", "weights",
+                 "_primitives", "_lock", "__weakref__")
+
+    def __init__(self, ctx):
+        w = ctx.value(1)
+        self.attrs = dict(ctx.node.attrs)
+        self.group = int(ctx.attr("group", 1))
+        self.m, cg, kh, kw = (int(d) for d in w.shape)
+        self.c = cg * self.group
+        self.kernel = (kh, kw)
+        b = ctx.value(2) if ctx.has_input(2) else None
+        self.bias = None if b is None else np.ascontiguousarray(b, dtype=F32).reshape(self.m)
+        self.residual = ctx.has_input(3)
+        self.post_ops = eltwise_post_ops(ctx.attr("activation", ""), ctx.attr("activation_params", []))
+        self._primitives: dict = {}
+        self._lock = threading.Lock()
+        dims = self._weight_dims()
+        probe = self._make(self._probe_shape(ctx.shape(0)), api.MemoryDesc(dims, tag=api.ANY))
+        strides = [int(np.prod(dims[i + 1:])) for i in range(len(dims))]
+        self.weights = api.PackedWeights(api.MemoryDesc(dims, strides=strides), np.ascontiguousarray(w, dtype=F32),
+                                         probe.mds[1])
+
+    def _weight_dims(self) -> tuple:
+        kh, kw = self.kernel
+        if self.group == 1:
+            return (self.m, self.c, kh, kw)
+        return (self.group, self.m // self.group, self.c // self.group, kh, kw)
+
+    def _probe_shape(self, x_nhwc) -> tuple:
+        """An NCHW input shape for choosing the weights' layout: X's dims where they are
+        ints (an SE block's 1 x 1), else a size that fits the kernel."""
+        strides = self.attrs.get("strides", [1, 1])
+        dil = self.attrs.get("dilations", [1, 1])
+        side = max(16, *((k - 1) * d + 1 + 2 * s for k, d, s in zip(self.kernel, dil, strides)))
+        h, w = (x_nhwc[1], x_nhwc[2]) if x_nhwc is not None else (None, None)
+        return (1, self.c, h if isinstance(h, int) and h > 0 else side, w if isinstance(w, int) and w > 0 else side)
+
+    def _geometry(self, x_nchw: tuple) -> tuple:
+        """(strides, dilations as oneDNN counts them, pads begin, pads end, output NCHW dims)."""
+        ctx = InferContext(_Node(self.attrs), 11, [x_nchw, (self.m, self.c // self.group) + self.kernel, None],
+                           [F32] * 3, [None] * 3)
+        geom = nn._window_geometry(ctx, x_nchw[2:], self.kernel)
+        return (tuple(geom.strides), tuple(d - 1 for d in geom.dilations), geom.pads_begin, geom.pads_end,
+                (x_nchw[0], self.m) + tuple(geom.out))
+
+    def _make(self, x_nchw: tuple, weights: api.MemoryDesc) -> api.Primitive:
+        strides, dilates, pad_l, pad_r, y_nchw = self._geometry(x_nchw)
+        src, dst = _nhwc_md(x_nchw), _nhwc_md(y_nchw)
+        post_ops = ((("binary", "add", dst),) if self.residual else ()) + self.post_ops
+        attr = api.post_ops_attr(post_ops)
+        bias = None if self.bias is None else api.MemoryDesc((self.m,), strides=(1,))
+        args = [api.ARG_SRC, api.ARG_WEIGHTS, api.ARG_DST] + ([api.ARG_BIAS] if bias is not None else [])
+        mds = [src, weights, dst] + ([bias] if bias is not None else [])
+        args += [arg for arg, _ in attr.binary_mds]
+        mds += [md for _, md in attr.binary_mds]
+        prim = api.make_primitive("dnnl_convolution_forward_primitive_desc_create", args, mds,
+                                  api.FORWARD_INFERENCE, api.CONVOLUTION_DIRECT, src.handle, weights.handle,
+                                  None if bias is None else bias.handle, dst.handle, api.dims_of(strides),
+                                  api.dims_of(dilates), api.dims_of(pad_l), api.dims_of(pad_r), attr.handle)
+        prim.mds = (src, prim.queried(api.QUERY_WEIGHTS, self._weight_dims())) + prim.mds[2:]
+        return prim
+
+    def primitive(self, x_nchw: tuple, threads: int) -> tuple:
+        """(primitive, pointer of the weights in the layout it reads) for an input shape."""
+        key = (x_nchw, threads)
+        found = self._primitives.get(key)
+        if found is None:
+            with self._lock:
+                found = self._primitives.get(key)
+                if found is None:
+                    if len(self._primitives) >= MAX_PRIMITIVES:
+                        self._primitives.pop(next(iter(self._primitives)))
+                    found = self._primitives[key] = self.weights.primitive(lambda md: self._make(x_nchw, md))
+        return found
+
+    def run(self, x: np.ndarray, y: np.ndarray, z: Optional[np.ndarray]) -> None:
+        """y (N, OH, OW, M) = epilogue(conv(x (N, H, W, C)) + bias [+ z]); x, y, z contiguous."""
+        if x.size == 0 or y.size == 0:
+            if y.size:
+                y[...] = 0   # no input pixels: the bias and epilogue of 0 (kept simple: as numpy)
+            return
+        threads = intra_op_threads()
+        api.set_threads(threads)
+        prim, weights = self.primitive(nchw(x.shape), threads)
+        pointers = [x.ctypes.data, weights, y.ctypes.data]
+        if self.bias is not None:
+            pointers.append(self.bias.ctypes.data)
+        if self.residual:
+            pointers.append(z.ctypes.data)
+        prim.execute(pointers)
+
+
+class _Node:
+    """The attributes of a node, as an InferContext reads them (geometry of a new shape)."""
+
+    __slots__ = ("attrs", "name", "op_type", "outputs")
+
+    def __init__(self, attrs: dict):
+        self.attrs, self.name, self.op_type, self.outputs = attrs, "", "Conv", ("Y",)
+
+
+def _accepts(ctx) -> bool:
+    w, x = ctx.value(1), ctx.shape(0)
+    if w is None or w.dtype != F32 or w.ndim != 4 or ctx.dtype(0) != F32 or x is None or len(x) != 4:
+        return False
+    if ctx.has_input(2):
+        b = ctx.value(2)
+        if b is None or b.dtype != F32:
+            return False
+    if ctx.attr("activation", "") not in ("",) + tuple(ACTIVATIONS):
+        return False
+    return api.library() is not None
+
+
+def _prepack(ctx) -> Optional[PackedConv]:
+    try:
+        return PackedConv(ctx)
+    except api.OneDNNError:
+        return None   # no oneDNN implementation: the weights stay, prepare makes the reference plan
+
+
+class _Plan(NamedTuple):
+    packed: Optional[PackedConv]
+    reference: Optional[_Reference]
+
+
+def _prepare(ctx) -> _Plan:
+    packed = ctx.prepacked
+    if packed is None and ctx.value(1) is not None:
+        packed = _prepack(ctx)
+    return _Plan(packed, None if packed is not None else _reference_prepare(ctx))
+
+
+@lib.kernel("NhwcConv", domain=DOMAIN, dtypes=[np.float32], priority=PRIORITY, accepts=_accepts,
+            prepack=_prepack, prepack_inputs=(1, 2), prepare=_prepare)
+def _nhwc_conv(inputs, outputs, p: _Plan):
+    if p.packed is None:
+        _nhwc_conv_reference(inputs, outputs, p.reference)
+        return
+    z = inputs[3] if len(inputs) > 3 else None
+    x = inputs[0] if inputs[0].flags.c_contiguous else np.ascontiguousarray(inputs[0])
+    p.packed.run(x, outputs[0], None if z is None else np.ascontiguousarray(z))

@@ -1,0 +1,268 @@
+"""MatMul, Gemm and FusedMatMul against a constant 2-D weight as one oneDNN matmul.
+
+* **One GEMM over every leading dim.** ``A (..., K) @ B (K, N)`` is a single
+  ``(prod(...), K) x (K, N)`` matmul on a view of A (a copy only where A's leading dims do
+  not collapse), batch-first or sequence-first alike: ``numpy.matmul`` runs one small GEMM
+  per leading index instead.
+* **Weights packed once.** At session creation the weight (and Gemm's ``alpha``, bias and
+  ``beta * C``) is reordered into the blocked layout oneDNN's brgemm kernels read
+  (``prepack``): the packed copy replaces the initializer, and the per-call re-packing a
+  plain BLAS does on a constant B (the cost that dominates at few rows: decode, b1 s16) is
+  gone, as with onnxruntime's ``MlasGemmPackB``.
+* **Epilogues in the output pass.** Bias and FusedMatMul's activation are oneDNN post-ops:
+  no second pass over the output.
+* Primitives are made per row count (and thread count) on first use, a few hundred
+  microseconds each, and kept with the packed weight; oneDNN's own primitive cache shares
+  them between nodes of equal shapes.
+
+The kernels take float32 nodes whose B is a constant 2-D float32 array of at least
+:data:`MIN_WEIGHT` elements (``accepts``), every other node goes to the next kernel by
+priority. Source: ONNX MatMul-13 / Gemm-13; oneDNN's matmul primitive
+(https://oneapi-src.github.io/oneDNN/dev_guide_matmul.html).
+"""
+from __future__ import annotations
+
+import threading
+from typing import Optional
+
+import numpy as np
+from dynashape.ops_builtin import fusions
+from dynashape.records import OpLibrary
+from dynashape.threads import intra_op_threads
+
+from . import api
+
+lib = OpLibrary()
+
+#: above the numba kernels (10) and the numpy ones (0)
+PRIORITY = 20
+F32 = np.dtype(np.float32)
+#: the smallest weight (K * N) the oneDNN kernels take: below, a numpy matmul costs less than
+#: the ctypes calls around a primitive
+MIN_WEIGHT = 4096
+#: row counts kept per packed weight (each a primitive)
+MAX_PRIMITIVES = 64
+
+#: FusedMatMul's activation (fusions.EPILOGUES) -> oneDNN eltwise post-op (alpha, beta from params)
+ACTIVATIONS = {
+    "Relu": lambda p: ("relu", 0.0, 0.0),
+    "LeakyRelu": lambda p: ("relu", p[0], 0.0),
+    "Sigmoid": lambda p: ("logistic", 0.0, 0.0),
+    "Tanh": lambda p: ("tanh", 0.0, 0.0),
+    "HardSigmoid": lambda p: ("hardsigmoid", p[0], p[1]),
+    "HardSwish": lambda p: ("hardswish", 1.0 / 6.0, 0.5),
+    "Clip": lambda p: ("clip", p[0], p[1]),
+    "Gelu": lambda p: ("gelu_erf", 0.0, 0.0),
+    "GeluTanh": lambda p: ("gelu_tanh", 0.0, 0.0),
+    "Swish": lambda p: ("swish", p[0] if p else 1.0, 0.0),
+}
+
+
+def eltwise_post_ops(name: str, params) -> tuple:
+    """The oneDNN post-ops of a fused activation (``()`` for none)."""
+    if not name:
+        return ()
+    alg, alpha, beta = ACTIVATIONS[name]([float(v) for v in params])
+    return (("eltwise", alg, alpha, beta),)
+
+
+class PackedGemm:
+    """A constant weight (K, N) in oneDNN's layout, its bias and epilogue, and the
+    primitives made for it per (row count, A's strides, threads)."""
+
+    opaque_to_tracing = True
+    __slots__ = ("k", "n", "weights", "bias", "post_ops", "_primitives", "_lock", "__weakref__")
+
+    def __init__(self, weight: np.ndarray, bias: Optional[np.ndarray], post_ops: tuple):
+        k, n = weight.shape
+        self.k, self.n = int(k), int(n)
+        self.post_ops = post_ops
+        self.bias = None if bias is None else np.ascontiguousarray(bias, dtype=F32).reshape(n)
+        self._primitives: dict = {}
+        self._lock = threading.Lock()
+        probe = self._make(64, self.k, 1, api.MemoryDesc((self.k, self.n), tag=api.ANY))
+        self.weights = api.PackedWeights(api.MemoryDesc((self.k, self.n), strides=(self.n, 1)),
+                                         np.ascontiguousarray(weight, dtype=F32), probe.mds[1])
+
+    @property
+    def nbytes(self) -> int:
+        return self.weights.nbytes
+
+    def _make(self, m: int, row_stride: int, col_stride: int, weights: api.MemoryDesc) -> api.Primitive:
+        src = api.MemoryDesc((m, self.k), strides=(row_stride, col_stride))
+        dst = api.MemoryDesc((m, self.n), strides=(self.n, 1))
+        bias = None if self.bias is None else api.MemoryDesc((1, self.n), strides=(self.n, 1))
+        attr = api.post_ops_attr(self.post_ops)
+        args = [api.ARG_SRC, api.ARG_WEIGHTS, api.ARG_DST] + ([api.ARG_BIAS] if bias is not None else [])
+        mds = [src, weights, dst] + ([bias] if bias is not None else [])
+        prim = api.make_primitive("dnnl_matmul_primitive_desc_create", args, mds, src.handle, weights.handle,
+                                  None if bias is None else bias.handle, dst.handle, attr.handle)
+        prim.mds = (src, prim.queried(api.QUERY_WEIGHTS, (self.k, self.n)), dst) + tuple(mds[3:])
+        return prim
+
+    def primitive(self, m: int, row_stride: int, col_stride: int, threads: int) -> tuple:
+        """(primitive, pointer of the weights in the layout it reads)."""
+        key = (m, row_stride, col_stride, threads)
+        found = self._primitives.get(key)
+        if found is None:
+            with self._lock:
+                found = self._primitives.get(key)
+                if found is None:
+                    if len(self._primitives) >= MAX_PRIMITIVES:
+                        self._primitives.pop(next(iter(self._primitives)))
+                    found = self._primitives[key] = self.weights.primitive(
+                        lambda md: self._make(m, row_stride, col_stride, md))
+        return found
+
+    def run(self, a2: np.ndarray, y2: np.ndarray) -> None:
+        """``y2 (M, N) = epilogue(a2 (M, K) @ W + bias)``; y2 C-contiguous, a2 any strides."""
+        m = a2.shape[0]
+        if m == 0:
+            return
+        threads = intra_op_threads()
+        api.set_threads(threads)
+        sm, sk = (s // 4 for s in a2.strides)
+        try:
+            prim, weights = self.primitive(m, sm if m > 1 else self.k, sk, threads)
+        except api.OneDNNError as exc:
+            if exc.status != api.UNIMPLEMENTED or a2.flags.c_contiguous:
+                raise
+            a2 = np.ascontiguousarray(a2)     # a layout of A the kernels do not read (a transposed A)
+            prim, weights = self.primitive(m, self.k, 1, threads)
+        pointers = [a2.ctypes.data, weights, y2.ctypes.data]
+        if self.bias is not None:
+            pointers.append(self.bias.ctypes.data)
+        prim.execute(pointers)
+
+
+def _weight(ctx, trans_b: bool) -> Optional[np.ndarray]:
+    w = ctx.value(1)
+    if w is None or w.dtype != F32 or w.ndim != 2:
+        return None
+    return w.T if trans_b else w
+
+
+def _big_enough(w: np.ndarray) -> bool:
+    return w.size >= MIN_WEIGHT and 0 not in w.shape
+
+
+def _library_ready() -> bool:
+    return api.library() is not None
+
+
+#: op types around a float node of a QDQ model: there the node keeps the numpy kernel, which
+#: sums as onnxruntime's MLAS does (oneDNN's sums differ in the last bits, and an output on
+#: an exact rounding tie of the next QuantizeLinear would land one quantization step off)
+QDQ_BEFORE, QDQ_AFTER = frozenset({"DequantizeLinear"}), frozenset({"QuantizeLinear"})
+
+
+def beside_qdq(ctx) -> bool:
+    """The node reads a DequantizeLinear or feeds a QuantizeLinear."""
+    if ctx.services is None:
+        return False
+    before, after = ctx.services.neighbours(ctx.node)
+    return bool(before & QDQ_BEFORE or after & QDQ_AFTER)
+
+
+# MatMul ------------------------------------------------------------------------------
+
+def _matmul_accepts(ctx) -> bool:
+    w = _weight(ctx, False)
+    a = ctx.shape(0)
+    return (w is not None and _big_enough(w) and ctx.dtype(0) == F32 and a is not None and len(a) >= 1
+            and not beside_qdq(ctx) and _library_ready())
+
+
+def _matmul_prepack(ctx) -> PackedGemm:
+    return PackedGemm(_weight(ctx, False), None, ())
+
+
+def _prepared(ctx, make) -> PackedGemm:
+    """The packed weight: the program's (``ctx.prepacked``), or made now (a kernel run
+    outside a program: constant folding, ``dynashape.testing``)."""
+    return ctx.prepacked if ctx.prepacked is not None else make(ctx)
+
+
+@lib.kernel("MatMul", since_version=1, dtypes=[np.float32], priority=PRIORITY, accepts=_matmul_accepts,
+            prepack=_matmul_prepack, prepack_inputs=(1,), prepare=lambda ctx: _prepared(ctx, _matmul_prepack))
+def _matmul(inputs, outputs, packed: PackedGemm):
+    _run_rows(inputs[0], outputs[0], packed)
+
+
+def _run_rows(a: np.ndarray, y: np.ndarray, packed: PackedGemm) -> None:
+    """A (..., K) times the packed weight into y (..., N) as one GEMM over the leading dims."""
+    k, n = packed.k, packed.n
+    a2 = a.reshape(-1, k) if a.flags.c_contiguous else np.ascontiguousarray(a).reshape(-1, k)
+    if y.flags.c_contiguous:
+        packed.run(a2, y.reshape(-1, n))
+    else:
+        tmp = np.empty((a2.shape[0], n), F32)
+        packed.run(a2, tmp)
+        y[...] = tmp.reshape(y.shape)
+
+
+# Gemm --------------------------------------------------------------------------------
+
+def _gemm_bias(ctx, n) -> tuple:
+    """(ok, bias or None): Gemm's ``beta * C`` as a bias row when C is absent or a constant
+    that broadcasts along rows (a scalar, (N,), (1, N))."""
+    if not ctx.has_input(2):
+        return True, None
+    c = ctx.value(2)
+    if c is None or c.dtype != F32 or c.ndim > 2 or c.size not in (1, n) or (c.ndim == 2 and c.shape[0] != 1):
+        return False, None
+    beta = float(ctx.attr("beta", 1.0))
+    return True, np.broadcast_to(c.reshape(-1).astype(np.float64) * beta, (n,)).astype(F32)
+
+
+def _gemm_accepts(ctx) -> bool:
+    w = _weight(ctx, bool(ctx.attr("transB", 0)))
+    a = ctx.shape(0)
+    if w is None or not _big_enough(w) or ctx.dtype(0) != F32 or a is None or len(a) != 2 or ctx.opset < 7:
+        return False
+    return _gemm_bias(ctx, w.shape[1])[0] and not beside_qdq(ctx) and _library_ready()
+
+
+def _gemm_prepack(ctx) -> PackedGemm:
+    w = _weight(ctx, bool(ctx.attr("transB", 0)))
+    alpha = float(ctx.attr("alpha", 1.0))
+    if alpha != 1.0:
+        w = (w.astype(np.float64) * alpha).astype(F32)
+    return PackedGemm(w, _gemm_bias(ctx, w.shape[1])[1], ())
+
+
+@lib.kernel("Gemm", since_version=7, dtypes=[np.float32], priority=PRIORITY, accepts=_gemm_accepts,
+            prepack=_gemm_prepack, prepack_inputs=(1, 2), prepare=lambda ctx: (
+                _prepared(ctx, _gemm_prepack), bool(ctx.attr("transA", 0))))
+def _gemm(inputs, outputs, prepared):
+    packed, trans_a = prepared
+    a = inputs[0]
+    packed.run(a.T if trans_a else a, outputs[0])
+
+
+# FusedMatMul (dynashape domain: MatMul + bias + activation, the builtin rewrites) -----
+
+def _fused_accepts(ctx) -> bool:
+    w = _weight(ctx, bool(ctx.attr("transB", 0)))
+    a = ctx.shape(0)
+    if w is None or not _big_enough(w) or ctx.dtype(0) != F32 or a is None or len(a) < 1:
+        return False
+    if ctx.attr("activation", "") not in ("",) + tuple(ACTIVATIONS):
+        return False
+    if ctx.has_input(2):
+        b = ctx.value(2)
+        if b is None or b.dtype != F32 or b.size != w.shape[1] or (b.ndim > 1 and b.shape[-1] != b.size):
+            return False
+    return not beside_qdq(ctx) and _library_ready()
+
+
+def _fused_prepack(ctx) -> PackedGemm:
+    w = _weight(ctx, bool(ctx.attr("transB", 0)))
+    bias = ctx.value(2) if ctx.has_input(2) else None
+    return PackedGemm(w, bias, eltwise_post_ops(ctx.attr("activation", ""), ctx.attr("activation_params", [])))
+
+
+@lib.kernel("FusedMatMul", domain=fusions.DOMAIN, dtypes=[np.float32], priority=PRIORITY, accepts=_fused_accepts,
+            prepack=_fused_prepack, prepack_inputs=(1, 2), prepare=lambda ctx: _prepared(ctx, _fused_prepack))
+def _fused_matmul(inputs, outputs, packed: PackedGemm):
+    _run_rows(inputs[0], outputs[0], packed)
