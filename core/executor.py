@@ -41,7 +41,7 @@ MAX_BINDINGS = 16
 GROWTH = 1.5
 #: The plugins shipped (and tested) with dynashape: the first run of a plan does not check
 #: their kernels' outputs (validation mode does)
-TRUSTED_PLUGINS = frozenset({"dynashape.ops_builtin", "fast"})
+TRUSTED_PLUGINS = frozenset({"dynashape.ops_builtin", "fast", "onednn"})
 
 
 def contract_steps(plan: Plan, validate: bool) -> frozenset:

@@ -13,7 +13,7 @@ import os
 import time
 import warnings
 from dataclasses import dataclass, replace
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import onnx
@@ -40,8 +40,9 @@ from .threads import BlasThreads
 __all__ = ["InferenceSession", "NodeArg", "SessionStats"]
 
 ALLOCATORS = ("pool", "naive")
-#: the entry-point name of the accelerated-kernel plugin (dynashape.ops_fast)
-COMPILED_KERNELS_PLUGIN = "fast"
+#: the entry-point names of the accelerated-kernel plugins: dynashape.ops_fast (numba loops) and
+#: dynashape.ops_fast.onednn (oneDNN)
+COMPILED_KERNELS_PLUGINS = frozenset({"fast", "onednn"})
 
 #: Counters of a session (summed over its execution contexts).
 SessionStats = RunStats
@@ -55,6 +56,22 @@ class NodeArg:
     name: str
     shape: Optional[list]
     type: str
+
+
+def compiled_kernel_plugins(choice: Union[bool, Iterable[str]]) -> frozenset:
+    """The accelerated-kernel plugins a session's ``compiled_kernels`` argument selects.
+
+    Raises:
+        ValueError: a name that is not one of COMPILED_KERNELS_PLUGINS.
+    """
+    if isinstance(choice, bool):
+        return COMPILED_KERNELS_PLUGINS if choice else frozenset()
+    names = frozenset(choice)
+    unknown = names - COMPILED_KERNELS_PLUGINS
+    if unknown:
+        raise ValueError(f"compiled_kernels: unknown plugin(s) {sorted(unknown)}; expected True, False or a set of "
+                         f"{sorted(COMPILED_KERNELS_PLUGINS)}")
+    return names
 
 
 def _feed_checker(inputs: Sequence[ValueInfo]):
@@ -194,9 +211,11 @@ class InferenceSession:
         strict_dim_params: a declared ``dim_param`` bound to two values in one run is a
             ``DimParamMismatch`` (by default, as in ONNX Runtime, declared dim_params are
             hints: the conflicting axes get symbols of their own, with a warning once).
-        compiled_kernels: use the accelerated-kernel plugin's compiled (numba) kernels
-            where it is installed (``pip install "dynashape[fast]"``); False runs the numpy
-            kernels only. Default True (``DYNASHAPE_FAST=0`` turns the plugin off everywhere).
+        compiled_kernels: use the accelerated-kernel plugins where they are installed
+            (``pip install "dynashape[fast]"``): ``fast`` (numba loops) and ``onednn`` (oneDNN
+            GEMM, convolutions, the channels-last layout pass). True: both; False: the numpy
+            kernels only; a set of plugin names: those only (``{"fast"}``). Default True
+            (``DYNASHAPE_FAST=0`` turns both off everywhere, ``DYNASHAPE_ONEDNN=0`` oneDNN's).
         optimize: run the registered graph rewrites (fusions, docs/REWRITES.md) at
             creation; what fired is ``session.rewrites``. Default True, or the environment
             variable ``DYNASHAPE_OPTIMIZE`` (``0`` turns them off); ``sess_options`` with
@@ -228,7 +247,7 @@ class InferenceSession:
     def __init__(self, path_or_bytes: Any, sess_options: Optional[SessionOptions] = None, providers: Any = None,
                  provider_options: Any = None, *, allocator: Optional[str] = None, plan_cache_size: int = 8,
                  validate_memory: Optional[bool] = None, strict_dim_params: bool = False,
-                 optimize: Optional[bool] = None, compiled_kernels: bool = True,
+                 optimize: Optional[bool] = None, compiled_kernels: Union[bool, Iterable[str]] = True,
                  memory_limit: Union[int, str, None] = None, external_data_dir: Optional[str] = None,
                  **kwargs: Any):
         _check_ort_kwargs(kwargs)
@@ -248,9 +267,9 @@ class InferenceSession:
         t_load = time.perf_counter()
         self.model: Model = load_model(path_or_bytes, external_data_dir=external_data_dir)
         self.registry = get_registry()
-        self.compiled_kernels = bool(compiled_kernels)
-        if not compiled_kernels:
-            self.registry = self.registry.without(frozenset({COMPILED_KERNELS_PLUGIN}))
+        self.compiled_kernels = compiled_kernel_plugins(compiled_kernels)
+        if self.compiled_kernels != COMPILED_KERNELS_PLUGINS:
+            self.registry = self.registry.without(COMPILED_KERNELS_PLUGINS - self.compiled_kernels)
         self.graph: PreparedGraph = prepare_graph(self.model, self.registry)
         self.folded_nodes = (fold_constants(self.graph, self.registry, memory_limit=self.memory_limit)
                              if settings.fold_constants else 0)

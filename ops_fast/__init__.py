@@ -34,33 +34,14 @@ def enabled() -> bool:
     return AVAILABLE and os.environ.get("DYNASHAPE_FAST", "1") not in ("0", "false", "off")
 
 
-def _switched_off() -> bool:
-    return os.environ.get("DYNASHAPE_FAST", "1") in ("0", "false", "off")
-
-
-def _onednn():
-    """The oneDNN kernels' package, or None when DYNASHAPE_FAST / DYNASHAPE_ONEDNN switch it off."""
-    from . import onednn
-    return None if _switched_off() or not onednn.enabled() else onednn
-
-
 @hookimpl
 def dynashape_register_ops():
-    lib = _onednn()
-    return lib.all_ops() if lib is not None else []
+    return []
 
 
 @hookimpl
 def dynashape_register_kernels():
-    lib = _onednn()
-    kernels = lib.all_kernels() if lib is not None else []
-    if enabled():
-        from .kernels import all_kernels
-        kernels += all_kernels()
-    return kernels
-
-
-@hookimpl
-def dynashape_register_rewrites():
-    lib = _onednn()
-    return lib.all_rewrites() if lib is not None else []
+    if not enabled():
+        return []
+    from .kernels import all_kernels
+    return all_kernels()

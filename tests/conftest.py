@@ -227,3 +227,13 @@ def _cap_default_ir_version() -> None:
 
 
 _cap_default_ir_version()
+
+
+def numba_session(*args, **kwargs):
+    """An InferenceSession with the numba kernels (``dynashape.ops_fast``) and not the oneDNN
+    ones, which take GEMM and convolutions first where they are installed: what the tests of
+    the numba loops run (``compiled_kernels=False`` given stays the numpy kernels alone)."""
+    import dynashape
+
+    kwargs.setdefault("compiled_kernels", {"fast"})
+    return dynashape.InferenceSession(*args, **kwargs)

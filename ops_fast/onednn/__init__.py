@@ -1,5 +1,6 @@
-"""Kernels backed by oneDNN (``libdnnl.so.3``, the ``onednn-cpu-gomp`` wheel of the
-``[fast]`` extra on Linux x86-64), loaded through ctypes on first use.
+"""dynashape's oneDNN plugin (entry point ``onednn``): kernels backed by oneDNN
+(``libdnnl.so.3`` of the ``onednn-cpu-gomp`` wheel, in the ``[fast]`` extra on Linux
+x86-64), called through ctypes, the library loaded on first use.
 
 * :mod:`.api`: the binding (library discovery, memory descriptors, primitives, post-ops,
   threads);
@@ -14,20 +15,27 @@
 
 Each kernel has priority 20 (over the numba loops' 10) and takes only the nodes it
 covers (``KernelDef.accepts``); without the library every node goes to the next kernel
-and the layout pass does nothing. ``DYNASHAPE_ONEDNN=0`` leaves all of it out of the
-registry (read when the registry is built).
+and the layout pass does nothing. Off: ``DYNASHAPE_ONEDNN=0`` (this plugin only),
+``DYNASHAPE_FAST=0`` (every compiled kernel, numba's too), both read when the registry is
+built, or ``InferenceSession(..., compiled_kernels=False)`` for one session.
 """
 from __future__ import annotations
 
 import os
 
-__all__ = ["enabled", "all_ops", "all_kernels", "all_rewrites"]
+from dynashape.hookspecs import hookimpl
+
+__all__ = ["PLUGIN_NAME", "enabled"]
+
+#: the entry-point name the registry knows this plugin by
+PLUGIN_NAME = "onednn"
 
 
 def enabled() -> bool:
-    """``DYNASHAPE_ONEDNN`` does not switch the oneDNN kernels off (the library itself is
-    looked for only when a node could take one)."""
-    return os.environ.get("DYNASHAPE_ONEDNN", "1") not in ("0", "false", "off")
+    """Neither ``DYNASHAPE_ONEDNN`` nor ``DYNASHAPE_FAST`` switches the plugin off (the
+    library itself is looked for only when a node could take one of its kernels)."""
+    off = ("0", "false", "off")
+    return os.environ.get("DYNASHAPE_ONEDNN", "1") not in off and os.environ.get("DYNASHAPE_FAST", "1") not in off
 
 
 def _families() -> tuple:
@@ -35,17 +43,22 @@ def _families() -> tuple:
     return gemm, conv, pool, reorder
 
 
-def all_ops() -> list:
-    """The OpDefs of the layout pass's ops (NhwcConv, NhwcMaxPool, NhwcAveragePool)."""
-    return [op for family in _families() for op in family.lib.ops]
+@hookimpl
+def dynashape_register_ops():
+    """The ops of the layout pass (NhwcConv, NhwcMaxPool, NhwcAveragePool)."""
+    return [op for family in _families() for op in family.lib.ops] if enabled() else []
 
 
-def all_kernels() -> list:
-    """Every oneDNN-backed KernelDef (and the numpy reference kernels of the NHWC ops)."""
-    return [k for family in _families() for k in family.lib.kernels]
+@hookimpl
+def dynashape_register_kernels():
+    """Every oneDNN-backed KernelDef, and the numpy reference kernels of the NHWC ops."""
+    return [k for family in _families() for k in family.lib.kernels] if enabled() else []
 
 
-def all_rewrites() -> list:
+@hookimpl
+def dynashape_register_rewrites():
     """The channels-last layout pass."""
+    if not enabled():
+        return []
     from .layout import CHANNELS_LAST
     return [CHANNELS_LAST]

@@ -14,6 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import dynashape
+from tests.conftest import numba_session
 
 pytest.importorskip("numba")
 ort = pytest.importorskip("onnxruntime")
@@ -111,8 +112,8 @@ class _Calls:
 
 
 def _sessions(data, **kw):
-    fast = dynashape.InferenceSession(data, **kw)
-    plain = dynashape.InferenceSession(data, compiled_kernels=False, **kw)
+    fast = numba_session(data, **kw)
+    plain = numba_session(data, compiled_kernels=False, **kw)
     (step,) = [st for st in fast.program.steps if st.kernel.op_type == "ConvTranspose"]
     assert step.kernel.plugin == "fast"
     assert all(st.kernel.plugin != "fast" for st in plain.program.steps)
@@ -278,8 +279,8 @@ def test_two_intra_op_threads_give_the_same_results(monkeypatch):
             w = RNG.standard_normal(ws).astype(np.float32)
             b = RNG.standard_normal(ws[1] * attrs.get("group", 1)).astype(np.float32)
             data = _model(attrs, c, w, b)
-            serial = dynashape.InferenceSession(data)
-            threaded = dynashape.InferenceSession(data, so)
+            serial = numba_session(data)
+            threaded = numba_session(data, so)
             for n in ns:
                 x = {"x": RNG.standard_normal((n, c, 13, 10)).astype(np.float32)}
                 (one,), (two,) = serial.run(None, x), threaded.run(None, x)
@@ -349,7 +350,7 @@ def test_float16_runs_the_numpy_kernel():
     w = RNG.standard_normal((4, 3, 2, 2)).astype(np.float16)
     b = RNG.standard_normal(3).astype(np.float16)
     data = _model({"strides": [2, 2]}, 4, w, b, dtype=np.float16)
-    sess = dynashape.InferenceSession(data)
+    sess = numba_session(data)
     (step,) = [st for st in sess.program.steps if st.kernel.op_type == "ConvTranspose"]
     assert step.kernel.plugin != "fast"
     x = RNG.standard_normal((1, 4, 5, 5)).astype(np.float16)
@@ -374,7 +375,7 @@ def test_validation_mode_output_is_fully_written(monkeypatch):
     w = RNG.standard_normal((4, 3, 1, 1)).astype(np.float32)
     for loop in LOOPS:
         monkeypatch.setattr(ct, "_mode", lambda *a, loop=loop: loop)
-        sess = dynashape.InferenceSession(_model(attrs, 4, w, None), validate_memory=True)
+        sess = numba_session(_model(attrs, 4, w, None), validate_memory=True)
         x = RNG.standard_normal((2, 4, 3, 4)).astype(np.float32)
         (y,) = sess.run(None, {"x": x})
         assert np.isfinite(y).all()

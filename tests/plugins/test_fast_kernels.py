@@ -14,6 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import dynashape
+from tests.conftest import numba_session
 from dynashape import registry as registry_module
 
 pytest.importorskip("numba")
@@ -38,8 +39,8 @@ def _check(model, feeds_list, *, fast_ops, rtol=1e-5, atol=1e-5, nan=False):
     """Compiled vs numpy vs ONNX Runtime on every feed set; ``fast_ops``: the op types whose
     steps must run the compiled kernel."""
     data = model.SerializeToString()
-    fast = dynashape.InferenceSession(data, optimize=True)   # (the fused ops' kernels too, whatever DYNASHAPE_OPTIMIZE)
-    plain = dynashape.InferenceSession(data, optimize=True, compiled_kernels=False)
+    fast = numba_session(data, optimize=True)   # (the fused ops' kernels too, whatever DYNASHAPE_OPTIMIZE)
+    plain = numba_session(data, optimize=True, compiled_kernels=False)
     ref = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
     used = {st.kernel.op_type for st in fast.program.steps if st.kernel.plugin == "fast"}
     assert set(fast_ops) <= used, f"compiled kernels used: {used}"
@@ -193,7 +194,7 @@ def test_direct_and_per_image_conv(channels, w_shape, attrs, runs, path, activat
         so.intra_op_num_threads = 1
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         ref = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
-        sess = dynashape.InferenceSession(data)
+        sess = numba_session(data)
         for f in feeds:
             got, want = sess.run(None, f)[0], ref.run(None, f)[0]
             if got.shape[2] * got.shape[3] >= 16:   # (below, MLAS takes its matrix-vector paths)
@@ -208,7 +209,7 @@ def test_conv_paths_with_two_threads_give_the_same_bits():
     so = dynashape.SessionOptions()
     so.intra_op_num_threads = 2
     for data, c in ((m, 3), (m2, 6)):
-        one, two = dynashape.InferenceSession(data), dynashape.InferenceSession(data, so)
+        one, two = numba_session(data), numba_session(data, so)
         for n, h in ((1, 20), (3, 17)):
             x = _rand(n, c, h, h)
             np.testing.assert_array_equal(two.run(None, {"x": x})[0], one.run(None, {"x": x})[0])
@@ -229,8 +230,8 @@ def test_a_regular_conv_is_the_numpy_kernel_bit_for_bit(attrs, banded, monkeypat
     feeds = [{"x": _rand(n, 4, h, h)} for n, h in ((1, 6), (2, 11))]
     _check(m, feeds, fast_ops={"FusedConv"}, rtol=1e-5, atol=1e-5)
     data = m.SerializeToString()
-    fast = dynashape.InferenceSession(data, optimize=False)
-    plain = dynashape.InferenceSession(data, optimize=False, compiled_kernels=False)
+    fast = numba_session(data, optimize=False)
+    plain = numba_session(data, optimize=False, compiled_kernels=False)
     for f in feeds:   # the same kernel, and Gelu with the same erf: the same bits
         np.testing.assert_array_equal(fast.run(None, f)[0], plain.run(None, f)[0])
 
@@ -249,7 +250,7 @@ def test_max_pool_with_indices_uses_the_numpy_kernel():
                            helper.make_tensor_value_info("i", TensorProto.INT64, None)])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 12)])
     x = _rand(2, 1, 4, 4)
-    got = dynashape.InferenceSession(m.SerializeToString()).run(None, {"x": x})
+    got = numba_session(m.SerializeToString()).run(None, {"x": x})
     want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_array_equal(got[1], want[1])
@@ -258,14 +259,14 @@ def test_max_pool_with_indices_uses_the_numpy_kernel():
 def test_dynashape_fast_0_and_compiled_kernels_false_run_the_numpy_kernels(monkeypatch):
     """(A plain Erf: no rewrite touches it.)"""
     m = _model([helper.make_node("Erf", ["x"], ["y"])], [("x", ["n"])]).SerializeToString()
-    assert dynashape.InferenceSession(m).program.steps[0].kernel.plugin == "fast"
-    assert dynashape.InferenceSession(m, compiled_kernels=False).program.steps[0].kernel.plugin == \
+    assert numba_session(m).program.steps[0].kernel.plugin == "fast"
+    assert numba_session(m, compiled_kernels=False).program.steps[0].kernel.plugin == \
         "dynashape.ops_builtin"
     monkeypatch.setenv("DYNASHAPE_FAST", "0")
     registry_module._invalidate()
     try:
         assert all(k.plugin != "fast" for k in dynashape.get_registry().kernels("", "Erf"))
-        assert dynashape.InferenceSession(m).program.steps[0].kernel.plugin == "dynashape.ops_builtin"
+        assert numba_session(m).program.steps[0].kernel.plugin == "dynashape.ops_builtin"
     finally:
         monkeypatch.delenv("DYNASHAPE_FAST")
         registry_module._invalidate()
@@ -319,7 +320,7 @@ def test_lstm_with_other_activations_uses_the_numpy_loop():
     inits = [("W", RNG.standard_normal((1, 16, 3))), ("R", RNG.standard_normal((1, 16, 4)))]
     m = _model([node], [("x", ["s", 2, 3])], inits, opset=14)
     data = m.SerializeToString()
-    sess = dynashape.InferenceSession(data)
+    sess = numba_session(data)
     step = next(st for st in sess.program.steps if st.kernel.op_type == "LSTM")
     assert step.kernel.plugin == "fast"
     x = _rand(4, 2, 3)

@@ -14,6 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import dynashape
+from tests.conftest import numba_session
 
 pytest.importorskip("numba")
 ort = pytest.importorskip("onnxruntime")
@@ -90,11 +91,11 @@ def _check(model, feeds_list, *, fast_op, handovers, handover=False, rtol=1e-5, 
     known to differ from the spec).
     """
     data = model.SerializeToString()
-    fast = dynashape.InferenceSession(data)
+    fast = numba_session(data)
     so = dynashape.SessionOptions()
     so.intra_op_num_threads = 2
-    threaded = dynashape.InferenceSession(data, so, validate_memory=True)
-    plain = dynashape.InferenceSession(data, compiled_kernels=False)
+    threaded = numba_session(data, so, validate_memory=True)
+    plain = numba_session(data, compiled_kernels=False)
     assert any(k.op_type == fast_op and k.plugin == "fast" for k in _kernels(fast)), _kernels(fast)
     assert any(k.op_type == fast_op and k.plugin == "fast" for k in _kernels(threaded))
     assert all(k.plugin != "fast" for k in _kernels(plain))
@@ -241,8 +242,8 @@ def test_max_pool_skips_nan(handovers):
     and not in others, by the order of its max operands.)"""
     m = _model("MaxPool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, ["n", 2, "h", "w"], opset=12)
     data = m.SerializeToString()
-    fast = dynashape.InferenceSession(data)
-    plain = dynashape.InferenceSession(data, compiled_kernels=False)
+    fast = numba_session(data)
+    plain = numba_session(data, compiled_kernels=False)
     for n, h, w in SHAPES[:3]:
         x = _with_specials(_x(n, 2, h, w))
         x[0, 1, :2, :2] = np.nan   # a window of NaN only: -inf
@@ -334,7 +335,7 @@ def test_max_pool_with_indices_hands_over(handovers):
     ("Resize", {"mode": "linear"}, [("roi", None), ("scales", np.array([1, 1, 2, 2], np.float32))], (0, 2, 10, 10))])
 def test_an_empty_batch(op, attrs, inits, out):
     m = _model(op, attrs, ["n", 2, 5, 5], opset=19 if op != "MaxPool" else 12, inits=inits).SerializeToString()
-    for sess in (dynashape.InferenceSession(m), dynashape.InferenceSession(m, compiled_kernels=False)):
+    for sess in (numba_session(m), numba_session(m, compiled_kernels=False)):
         assert sess.run(None, {"x": np.zeros((0, 2, 5, 5), np.float32)})[0].shape == out
 
 
@@ -367,7 +368,7 @@ def test_global_pools_nan_and_inf(op, handovers):
 def test_global_max_pool_stays_on_numpy():
     """(numpy's SIMD max reduction measured as fast as or faster than the compiled loops.)"""
     m = _model("GlobalMaxPool", {}, ["n", 3, "h", "w"], opset=13).SerializeToString()
-    sess = dynashape.InferenceSession(m)
+    sess = numba_session(m)
     assert all(k.plugin != "fast" for k in _kernels(sess))
     x = _x(2, 3, 5, 6)
     x[0, 0, 1, 1], x[1, 2, 0, 0] = np.inf, -np.inf
@@ -377,7 +378,7 @@ def test_global_max_pool_stays_on_numpy():
 
 def test_global_pool_of_a_float16_input_is_the_numpy_kernel():
     m = _model("GlobalAveragePool", {}, ["n", 3, 4, 4], dtype=np.float16, opset=13).SerializeToString()
-    assert all(k.plugin != "fast" for k in _kernels(dynashape.InferenceSession(m)))
+    assert all(k.plugin != "fast" for k in _kernels(numba_session(m)))
 
 
 # ----------------------------------------------------------------------------------------
@@ -526,7 +527,7 @@ def test_resize_nan_and_inf(mode, handovers):
     _check(m, feeds, fast_op="Resize", handovers=handovers, exact=True, nan=True, ort_check=False)
     data = m.SerializeToString()
     ref = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
-    fast = dynashape.InferenceSession(data)
+    fast = numba_session(data)
     for f in feeds:
         got, want = fast.run(None, f)[0], ref.run(None, f)[0]
         finite = np.isfinite(got) & np.isfinite(want)
@@ -557,7 +558,7 @@ def test_resize_hands_over(case, handovers):
 
 def test_resize_float16_is_the_numpy_kernel():
     m = _resize_model({"mode": "linear"}, scales=[1, 1, 2, 2], dtype=np.float16).SerializeToString()
-    assert all(k.plugin != "fast" for k in _kernels(dynashape.InferenceSession(m)))
+    assert all(k.plugin != "fast" for k in _kernels(numba_session(m)))
 
 
 def test_resize_tables():
@@ -584,6 +585,6 @@ def test_threaded_loops_run_their_parallel_variant():
     so = dynashape.SessionOptions()
     so.intra_op_num_threads = 2
     x = _x(2, 3, 8, 10)
-    got = dynashape.InferenceSession(m, so).run(None, {"x": x})[0]
+    got = numba_session(m, so).run(None, {"x": x})[0]
     assert fast_resize.resize_interp2d._parallel is not None
-    np.testing.assert_array_equal(got, dynashape.InferenceSession(m).run(None, {"x": x})[0])
+    np.testing.assert_array_equal(got, numba_session(m).run(None, {"x": x})[0])

@@ -14,6 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import dynashape
+from tests.conftest import numba_session
 
 pytest.importorskip("numba")
 ort = pytest.importorskip("onnxruntime")
@@ -115,8 +116,8 @@ def _feeds(data: bytes, shapes=SHAPES, *, dtype=np.float32, lens_from=1, seed=0)
 
 
 def _sessions(data: bytes, so=None):
-    fast = dynashape.InferenceSession(data, so) if so is not None else dynashape.InferenceSession(data)
-    plain = dynashape.InferenceSession(data, compiled_kernels=False)
+    fast = numba_session(data, so) if so is not None else numba_session(data)
+    plain = numba_session(data, compiled_kernels=False)
     op = onnx.load_from_string(data).graph.node[0].op_type
     assert any(st.kernel.plugin == "fast" and st.kernel.op_type == op for st in fast.program.steps)
     assert all(st.kernel.plugin != "fast" for st in plain.program.steps)
@@ -325,7 +326,7 @@ def test_two_threads(op, direction, loops):
     so = dynashape.SessionOptions()
     so.intra_op_num_threads = 2
     two = _check(data, feeds, so=so)
-    one = dynashape.InferenceSession(data)
+    one = numba_session(data)
     for f in feeds:
         for a, b in zip(two.run(None, f), one.run(None, f)):
             np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
@@ -370,7 +371,7 @@ def test_lstm_small_from_the_zoo(loops):
     if not os.path.exists(path):
         pytest.skip("zoo model not available")
     data = open(path, "rb").read()
-    fast, plain = dynashape.InferenceSession(data), dynashape.InferenceSession(data, compiled_kernels=False)
+    fast, plain = numba_session(data), numba_session(data, compiled_kernels=False)
     ref = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
     for b, s in ((1, 16), (3, 7), (8, 128)):
         x = {"features": RNG.standard_normal((b, s, 32)).astype(np.float32)}
@@ -424,7 +425,7 @@ def test_float64_past_the_size_limit_hands_over(op, loops):
 @pytest.mark.parametrize("op", ["LSTM", "GRU"])
 def test_float16_is_the_numpy_kernels(op):
     data = _rnn_model(op, "forward", dtype=np.float16)
-    sess = dynashape.InferenceSession(data)
+    sess = numba_session(data)
     assert all(st.kernel.plugin != "fast" for st in sess.program.steps if st.kernel.op_type == op)
     f = _feeds(data, ((3, 2),), dtype=np.float16)[0]
     want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, f)

@@ -1,0 +1,382 @@
+"""The oneDNN plugin (``dynashape.ops_fast.onednn``, entry point ``onednn``): every kernel
+against the numpy kernels (a session with ``compiled_kernels=False``) and ONNX Runtime on
+the same feeds, through changing shapes on one session, with one and two intra-op threads:
+GEMM against a constant weight (MatMul, Gemm, FusedMatMul with its post-ops), the
+channels-last regions (NhwcConv with groups, dilations, strides, pads and auto_pad, the
+residual and activation epilogues, NHWC pools, Concat, the borders), Transpose; the nodes
+each kernel declines (QDQ neighbours, non-constant weights, other dtypes); the packed weight
+replacing the initializer; the NHWC ops' numpy reference kernels. Skipped where the library
+is not installed or the plugin is switched off (DYNASHAPE_ONEDNN=0 / DYNASHAPE_FAST=0).
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import dynashape
+from dynashape.ops_fast import onednn
+from dynashape.ops_fast.onednn import api
+
+ort = pytest.importorskip("onnxruntime")
+if not onednn.enabled() or api.library() is None:
+    pytest.skip(f"the oneDNN kernels are off or missing ({api.unavailable_reason() or 'switched off'})",
+                allow_module_level=True)
+
+RNG = np.random.default_rng(5)
+F = TensorProto.FLOAT
+
+
+def _model(nodes, inputs, inits=(), opset=17, outputs=("y",), domains=()) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, F, d) for n, d in inputs],
+                              [helper.make_tensor_value_info(o, F, None) for o in outputs],
+                              [numpy_helper.from_array(np.asarray(a, np.float32), n) for n, a in inits])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]
+                          + [helper.make_opsetid(d, 1) for d in domains])
+    m.ir_version = 8
+    return m
+
+
+def _rand(*shape, scale=1.0):
+    return (RNG.standard_normal(shape) * scale).astype(np.float32)
+
+
+def _sessions(model, threads: int):
+    data = model.SerializeToString()
+    so = dynashape.SessionOptions()
+    so.intra_op_num_threads = threads
+    fast = dynashape.InferenceSession(data, so, optimize=True)
+    plain = dynashape.InferenceSession(data, optimize=True, compiled_kernels=False)
+    return fast, plain
+
+
+def _check(model, feeds_list, *, ops, threads=1, rtol=2e-5, atol=2e-5, with_ort=True):
+    """oneDNN vs numpy vs ONNX Runtime on every feed set (one session each, the feeds in
+    turn, compared after the whole sequence); ``ops``: op types that must run oneDNN kernels."""
+    fast, plain = _sessions(model, threads)
+    used = {st.kernel.op_type for st in fast.program.steps if st.kernel.plugin == "onednn"}
+    assert set(ops) <= used, f"oneDNN kernels used: {used}, expected {set(ops)}"
+    assert all(st.kernel.plugin != "onednn" for st in plain.program.steps)
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]) if with_ort else None
+    runs = [(feeds, fast.run(None, feeds)) for feeds in feeds_list]
+    for feeds, got in runs:
+        want_np = plain.run(None, feeds)
+        want = ref.run(None, feeds) if ref is not None else want_np
+        for g, p, w in zip(got, want_np, want):
+            assert g.shape == p.shape == w.shape and g.dtype == w.dtype
+            scale = max(1.0, float(np.max(np.abs(w)))) if w.size else 1.0
+            np.testing.assert_allclose(g, p, rtol=rtol, atol=atol * scale)
+            np.testing.assert_allclose(g, w, rtol=rtol, atol=atol * scale)
+    return fast
+
+
+THREADS = pytest.mark.parametrize("threads", [1, 2])
+
+
+# GEMM ---------------------------------------------------------------------------------
+
+@THREADS
+@pytest.mark.parametrize("k,n", [(67, 129), (128, 64), (256, 17)])
+def test_matmul_against_a_constant_weight_is_one_gemm_over_the_leading_dims(k, n, threads):
+    w = _rand(k, n)
+    m = _model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", ["a", "b", k])], [("w", w)])
+    feeds = [{"x": _rand(a, b, k)} for a, b in ((1, 1), (2, 7), (0, 5), (3, 1), (1, 33), (2, 7))]
+    sess = _check(m, feeds, ops={"MatMul"}, threads=threads)
+    assert sess.graph.released, "the packed weight replaces the initializer"
+
+
+def test_matmul_of_a_vector_and_of_four_dims():
+    w = _rand(96, 80)
+    nodes = [helper.make_node("MatMul", ["v", "w"], ["y"]), helper.make_node("MatMul", ["x", "w"], ["z"])]
+    m = _model(nodes, [("v", [96]), ("x", ["a", 3, "b", 96])], [("w", w)], outputs=("y", "z"))
+    feeds = [{"v": _rand(96), "x": _rand(a, 3, b, 96)} for a, b in ((1, 2), (2, 1), (1, 0))]
+    _check(m, feeds, ops={"MatMul"})
+
+
+def test_a_weight_read_by_another_node_is_kept():
+    w = _rand(64, 96)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("Add", ["w", "x2"], ["s"])]
+    m = _model(nodes, [("x", ["a", 64]), ("x2", [64, 96])], [("w", w)], outputs=("y", "s"))
+    sess = _check(m, [{"x": _rand(a, 64), "x2": _rand(64, 96)} for a in (3, 1)], ops={"MatMul"})
+    assert sess.graph.released == set()
+
+
+def test_a_weight_only_folded_nodes_read_is_released():
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("ReduceSum", ["w"], ["s"], keepdims=0)]
+    m = _model(nodes, [("x", ["a", 64])], [("w", _rand(64, 96))], outputs=("y", "s"))
+    sess = _check(m, [{"x": _rand(a, 64)} for a in (3, 1)], ops={"MatMul"})
+    assert sess.graph.released
+
+
+@THREADS
+@pytest.mark.parametrize("trans_a,trans_b,alpha,beta,c", [
+    (0, 0, 1.0, 1.0, "vector"), (0, 1, 0.5, 2.0, "row"), (1, 0, 1.0, 1.0, None), (1, 1, 2.0, 0.25, "scalar")])
+def test_gemm_with_alpha_beta_and_c_folded_into_the_packed_weight(trans_a, trans_b, alpha, beta, c, threads):
+    k, n = 72, 90
+    w = _rand(n, k) if trans_b else _rand(k, n)
+    inits = [("w", w)]
+    inputs = ["x", "w"]
+    if c is not None:
+        inits.append(("c", {"vector": _rand(n), "row": _rand(1, n), "scalar": _rand(1)}[c]))
+        inputs.append("c")
+    node = helper.make_node("Gemm", inputs, ["y"], transA=trans_a, transB=trans_b, alpha=alpha, beta=beta)
+    x_dims = [k, "m"] if trans_a else ["m", k]
+    m = _model([node], [("x", x_dims)], inits)
+    feeds = [{"x": _rand(*((k, r) if trans_a else (r, k)))} for r in (5, 1, 0, 17)]
+    _check(m, feeds, ops={"Gemm"}, threads=threads)
+
+
+def test_gemm_with_a_full_c_matrix_takes_the_numpy_kernel():
+    node = helper.make_node("Gemm", ["x", "w", "c"], ["y"])
+    m = _model([node], [("x", [4, 80])], [("w", _rand(80, 64)), ("c", _rand(4, 64))])
+    fast, _ = _sessions(m, 1)
+    assert fast.program.steps[0].kernel.plugin != "onednn"
+    _check(m, [{"x": _rand(4, 80)}], ops=set())
+
+
+@pytest.mark.parametrize("activation", ["Relu", "Sigmoid", "Tanh", "Gelu", "GeluTanh", "LeakyRelu", "HardSigmoid",
+                                        "HardSwish", "Clip"])
+def test_fused_matmul_runs_bias_and_activation_as_post_ops(activation):
+    k, n = 64, 100
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], ["a"])]
+    opset = 20
+    if activation == "GeluTanh":
+        nodes.append(helper.make_node("Gelu", ["a"], ["y"], approximate="tanh"))
+    elif activation == "LeakyRelu":
+        nodes.append(helper.make_node("LeakyRelu", ["a"], ["y"], alpha=0.1))
+    elif activation == "HardSigmoid":
+        nodes.append(helper.make_node("HardSigmoid", ["a"], ["y"], alpha=0.3, beta=0.4))
+    elif activation == "Clip":
+        nodes.append(helper.make_node("Clip", ["a", "lo", "hi"], ["y"]))
+    else:
+        nodes.append(helper.make_node(activation, ["a"], ["y"]))
+    inits = [("w", _rand(k, n, scale=0.3)), ("b", _rand(n)), ("lo", np.array(-0.5)), ("hi", np.array(1.5))]
+    m = _model(nodes, [("x", ["s", k])], inits, opset=opset)
+    sess = _check(m, [{"x": _rand(s, k)} for s in (3, 1, 9)], ops={"FusedMatMul"}, rtol=1e-4, atol=1e-5)
+    (step,) = sess.program.steps
+    want = "Gelu" if activation == "GeluTanh" else activation
+    assert step.node.node.attrs.get("activation", "").startswith(want)
+
+
+def test_matmul_beside_a_dequantize_linear_keeps_the_numpy_kernel():
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"]),
+             helper.make_node("MatMul", ["d", "w"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, ["a", 64])],
+                              [helper.make_tensor_value_info("y", F, None)],
+                              [numpy_helper.from_array(_rand(64, 80), "w"),
+                               numpy_helper.from_array(np.array(0.05, np.float32), "s"),
+                               numpy_helper.from_array(np.array(0, np.uint8), "z")])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    fast, _ = _sessions(m, 1)
+    assert all(st.kernel.plugin != "onednn" for st in fast.program.steps)
+
+
+def test_matmul_of_two_activations_and_float64_take_other_kernels():
+    nodes = [helper.make_node("MatMul", ["x", "x2"], ["y"])]
+    m = _model(nodes, [("x", ["a", 64]), ("x2", [64, 70])])
+    fast, _ = _sessions(m, 1)
+    assert fast.program.steps[0].kernel.plugin != "onednn"
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.DOUBLE, ["a", 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.DOUBLE, None)],
+                          [numpy_helper.from_array(RNG.standard_normal((64, 70)), "w")])
+    m64 = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m64.ir_version = 8
+    s64 = dynashape.InferenceSession(m64.SerializeToString())
+    assert s64.program.steps[0].kernel.plugin != "onednn"
+    x = RNG.standard_normal((3, 64))
+    np.testing.assert_allclose(s64.run(None, {"x": x})[0], x @ numpy_helper.to_array(g.initializer[0]), rtol=1e-12)
+
+
+# channels-last convolutions -----------------------------------------------------------
+
+def _conv_model(c, m_, k, *, group=1, bias=True, extra=(), opset=17, **attrs):
+    inits = [("w", _rand(m_, c // group, k, k, scale=0.3))] + ([("b", _rand(m_))] if bias else [])
+    node = helper.make_node("Conv", ["x", "w"] + (["b"] if bias else []), ["c"], group=group, **attrs)
+    nodes = [node] + list(extra)
+    out = nodes[-1].output[0]
+    return _model(nodes, [("x", ["n", c, "h", "w_"])], inits + [(n, a) for n, a in getattr(extra, "inits", [])],
+                  opset=opset, outputs=(out,))
+
+
+CONVS = {
+    "3x3": dict(c=3, m_=8, k=3, pads=[1, 1, 1, 1]),
+    "strided_asymmetric": dict(c=8, m_=16, k=3, strides=[2, 2], pads=[0, 1, 1, 2]),
+    "depthwise_dilated": dict(c=8, m_=8, k=3, group=8, dilations=[2, 2], pads=[2, 2, 2, 2]),
+    "depthwise_5x5_stride2": dict(c=12, m_=12, k=5, group=12, strides=[2, 2], pads=[2, 2, 2, 2]),
+    "grouped_1x1": dict(c=12, m_=6, k=1, group=3),
+    "pointwise_strided": dict(c=16, m_=24, k=1, strides=[2, 2], bias=False),
+    "same_upper": dict(c=4, m_=4, k=4, strides=[2, 2], auto_pad="SAME_UPPER"),
+    "same_lower": dict(c=4, m_=6, k=3, strides=[2, 1], auto_pad="SAME_LOWER"),
+    "valid": dict(c=5, m_=7, k=3, auto_pad="VALID"),
+    "channel_multiplier": dict(c=4, m_=8, k=3, group=4, pads=[1, 1, 1, 1]),
+}
+
+
+@THREADS
+@pytest.mark.parametrize("case", sorted(CONVS))
+def test_conv_runs_channels_last_through_changing_shapes(case, threads):
+    m = _conv_model(**CONVS[case])
+    c = CONVS[case]["c"]
+    feeds = [{"x": _rand(n, c, h, w)} for n, h, w in ((1, 13, 17), (3, 8, 8), (0, 9, 9), (2, 21, 6), (1, 13, 17))]
+    sess = _check(m, feeds, ops={"NhwcConv"}, threads=threads, rtol=1e-4, atol=1e-5)
+    assert sess.rewrites.counts().get("channels_last") == 1
+    assert sess.graph.released, "the reordered weight replaces the initializer"
+
+
+class _Extra(list):
+    inits: list = []
+
+
+def _epilogue(kind: str) -> _Extra:
+    extra = _Extra()
+    if kind == "relu":
+        extra.append(helper.make_node("Relu", ["c"], ["y"]))
+    elif kind == "silu":
+        extra += [helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["y"])]
+    elif kind == "hardswish":
+        extra.append(helper.make_node("HardSwish", ["c"], ["y"]))
+    elif kind == "clip":
+        extra.append(helper.make_node("Clip", ["c", "lo", "hi"], ["y"]))
+        extra.inits = [("lo", np.array(0.0)), ("hi", np.array(6.0))]
+    elif kind == "residual_relu":
+        extra += [helper.make_node("Add", ["c", "x"], ["r"]), helper.make_node("Relu", ["r"], ["y"])]
+    elif kind == "residual_of_a_later_conv":
+        extra += [helper.make_node("Conv", ["x", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+                  helper.make_node("Add", ["c2", "c"], ["y"])]
+        extra.inits = [("w2", _rand(8, 8, 3, 3, scale=0.3))]
+    return extra
+
+
+@pytest.mark.parametrize("kind", ["relu", "silu", "hardswish", "clip", "residual_relu", "residual_of_a_later_conv"])
+def test_epilogues_are_absorbed_into_the_channels_last_conv(kind):
+    m = _conv_model(8, 8, 3, pads=[1, 1, 1, 1], extra=_epilogue(kind), opset=17)
+    feeds = [{"x": _rand(n, 8, h, w)} for n, h, w in ((1, 10, 12), (2, 5, 5), (1, 10, 12))]
+    sess = _check(m, feeds, ops={"NhwcConv"}, rtol=1e-4, atol=1e-5)
+    op_types = [st.node.node.op_type for st in sess.program.steps]
+    assert op_types.count("Transpose") == 2 and all(t in ("NhwcConv", "Transpose") for t in op_types), op_types
+
+
+def test_a_region_reads_and_returns_nchw_tensors_at_its_borders():
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("Mul", ["r", "scale"], ["s"]),                 # a (C, 1, 1) constant, permuted
+             helper.make_node("Add", ["s", "other"], ["a"]),                 # an outside 4-D operand enters
+             helper.make_node("MaxPool", ["a"], ["p"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
+                              ceil_mode=1),
+             helper.make_node("Conv", ["p", "w2"], ["c2"]),
+             helper.make_node("Concat", ["c2", "c2"], ["cat"], axis=1),
+             helper.make_node("GlobalAveragePool", ["cat"], ["g"]),
+             helper.make_node("Flatten", ["g"], ["y"]),
+             helper.make_node("Reshape", ["r", "shape"], ["flat"])]          # a region tensor read outside
+    inits = [("w", _rand(6, 3, 3, 3)), ("w2", _rand(4, 6, 1, 1)), ("scale", _rand(6, 1, 1)),
+             ("shape", np.array([0, -1], np.int64))]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, ["n", 3, "h", "w"]),
+                                           helper.make_tensor_value_info("other", F, ["n", 6, "h", "w"])],
+                              [helper.make_tensor_value_info(o, F, None) for o in ("y", "flat", "c")],
+                              [numpy_helper.from_array(np.asarray(a), n) if n == "shape"
+                               else numpy_helper.from_array(np.asarray(a, np.float32), n) for n, a in inits])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    feeds = [{"x": _rand(n, 3, h, w), "other": _rand(n, 6, h, w)} for n, h, w in ((1, 9, 11), (2, 4, 4), (1, 9, 11))]
+    sess = _check(m, feeds, ops={"NhwcConv", "NhwcMaxPool"}, rtol=1e-4, atol=1e-5)
+    op_types = [st.node.node.op_type for st in sess.program.steps]
+    assert "ReduceMean" in op_types and op_types.count("NhwcConv") == 2
+
+
+@THREADS
+@pytest.mark.parametrize("op,attrs", [
+    ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ("MaxPool", dict(kernel_shape=[2, 3], strides=[2, 1], ceil_mode=1, dilations=[1, 2])),
+    ("AveragePool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 0, 1, 0])),
+    ("AveragePool", dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1)),
+    ("AveragePool", dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)),
+    ("AveragePool", dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1, count_include_pad=1, pads=[1, 1, 1, 1])),
+])
+def test_pools_inside_a_region_run_channels_last(op, attrs, threads):
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node(op, ["c"], ["y"], **attrs)]
+    m = _model(nodes, [("x", ["n", 4, "h", "w"])], [("w", _rand(8, 4, 3, 3))], opset=19)
+    feeds = [{"x": _rand(n, 4, h, w)} for n, h, w in ((1, 11, 9), (2, 6, 7), (1, 11, 9))]
+    nhwc_op = "Nhwc" + op
+    sess = _check(m, feeds, ops={"NhwcConv", nhwc_op}, threads=threads, rtol=1e-4, atol=1e-5)
+    assert nhwc_op in [st.node.node.op_type for st in sess.program.steps]
+
+
+def test_qdq_convs_keep_nchw_and_the_mlas_order_kernel():
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"]),
+             helper.make_node("Conv", ["d", "w"], ["y"], pads=[1, 1, 1, 1])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, ["n", 4, 8, 8])],
+                              [helper.make_tensor_value_info("y", F, None)],
+                              [numpy_helper.from_array(_rand(4, 4, 3, 3), "w"),
+                               numpy_helper.from_array(np.array(0.05, np.float32), "s"),
+                               numpy_helper.from_array(np.array(128, np.uint8), "z")])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    sess = dynashape.InferenceSession(m.SerializeToString())
+    assert "channels_last" not in sess.rewrites.counts()
+
+
+def test_a_1d_conv_and_a_non_constant_weight_stay_nchw():
+    c1 = _model([helper.make_node("Conv", ["x", "w"], ["y"])], [("x", ["n", 4, 10])], [("w", _rand(5, 4, 3))])
+    assert "channels_last" not in dynashape.InferenceSession(c1.SerializeToString()).rewrites.counts()
+    c2 = _model([helper.make_node("Conv", ["x", "w"], ["y"])], [("x", ["n", 4, 6, 6]), ("w", [5, 4, 3, 3])])
+    assert "channels_last" not in dynashape.InferenceSession(c2.SerializeToString()).rewrites.counts()
+
+
+# the NHWC ops' numpy reference kernels -------------------------------------------------
+
+def _nhwc_model(op, attrs, w=None, b=None, z=False):
+    inputs = [("x", ["n", "h", "w", 6])] + ([("z", None)] if z else [])
+    ins = ["x"] + (["w"] if w is not None else []) + (["b"] if b is not None else [""] if z else []) + \
+        (["z"] if z else [])
+    inits = ([("w", w)] if w is not None else []) + ([("b", b)] if b is not None else [])
+    node = helper.make_node(op, ins, ["y"], domain="dynashape", **attrs)
+    return _model([node], inputs, inits, domains=("dynashape",))
+
+
+@pytest.mark.parametrize("op,attrs,weights", [
+    ("NhwcConv", dict(pads=[1, 1, 1, 1], activation="Relu"), True),
+    ("NhwcConv", dict(group=3, strides=[2, 2], auto_pad="SAME_UPPER"), True),
+    ("NhwcMaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1), False),
+    ("NhwcAveragePool", dict(kernel_shape=[2, 2], pads=[1, 1, 0, 0], count_include_pad=1), False),
+])
+def test_the_numpy_reference_of_each_nhwc_op_equals_the_onednn_kernel(op, attrs, weights, monkeypatch):
+    group = attrs.get("group", 1)
+    w = _rand(9, 6 // group, 3, 3) if weights else None
+    b = _rand(9) if weights else None
+    m = _nhwc_model(op, attrs, w, b).SerializeToString()
+    feeds = [{"x": _rand(n, h, wd, 6)} for n, h, wd in ((1, 7, 8), (2, 5, 5))]
+    fast = dynashape.InferenceSession(m)
+    assert fast.program.steps[0].kernel.plugin == "onednn"
+    got = [fast.run(None, f)[0] for f in feeds]
+    monkeypatch.setattr(api, "library", lambda: None)   # every oneDNN kernel declines: the reference runs
+    reference = dynashape.InferenceSession(m)
+    assert reference.program.steps[0].kernel.priority == 0
+    for f, g in zip(feeds, got):
+        np.testing.assert_allclose(g, reference.run(None, f)[0], rtol=1e-4, atol=1e-5)
+
+
+def test_nhwc_conv_reports_a_residual_of_another_shape():
+    m = _nhwc_model("NhwcConv", dict(pads=[1, 1, 1, 1]), _rand(6, 6, 3, 3), None, z=True)
+    sess = dynashape.InferenceSession(m.SerializeToString())
+    with pytest.raises(dynashape.ShapeInferenceError, match="Z must have the output's shape"):
+        sess.run(None, {"x": _rand(1, 4, 4, 6), "z": _rand(1, 4, 5, 6)})
+    out = sess.run(None, {"x": _rand(1, 4, 4, 6), "z": np.ones((1, 4, 4, 6), np.float32)})[0]
+    assert out.shape == (1, 4, 4, 6)
+
+
+# Transpose ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape,perm", [((1, 64, 30, 31), (0, 2, 3, 1)), ((2, 30, 31, 64), (0, 3, 1, 2)),
+                                        ((4, 40, 6, 32), (0, 2, 1, 3)), ((300, 70), (1, 0)),
+                                        ((2, 3, 4, 5, 6, 40), (5, 3, 1, 0, 2, 4))])
+def test_transpose_is_a_reorder_bit_equal_to_numpy(shape, perm):
+    m = _model([helper.make_node("Transpose", ["x"], ["y"], perm=list(perm))], [("x", list(shape))])
+    sess = dynashape.InferenceSession(m.SerializeToString())
+    assert sess.program.steps[0].kernel.plugin == "onednn"
+    x = _rand(*shape)
+    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], np.transpose(x, perm))
