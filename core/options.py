@@ -14,7 +14,8 @@ https://onnxruntime.ai/docs/api/python/api_summary.html#sessionoptions):
 ``intra_op_num_threads``                    BLAS threads during ``run`` (threadpoolctl) and
                                             the compiled kernels' threads
                                             (``dynashape.threads.intra_op_threads``); 0 = BLAS
-                                            as is, kernels on one thread
+                                            as is, kernels on every core (``OMP_NUM_THREADS``
+                                            when set)
 ``enable_cpu_mem_arena``/``enable_mem_pattern``  both True: ``"pool"`` allocator; either False: ``"naive"``
 ``enable_profiling``/``profile_file_prefix``  per-node Chrome trace, written by ``end_profiling()``
 ``log_severity_level``                      3 (error) or 4 (fatal) silences dynashape's warnings

@@ -4,22 +4,40 @@ threadpoolctl, and the count kernels read with :func:`intra_op_threads`.
 The BLAS thread count is process-wide: the first run that enters sets it, the last run
 that leaves restores it, so overlapping runs of one session keep the limit throughout.
 The kernels' count is per calling thread (a run holds it from ``enter`` to ``leave``):
-a plugin's kernel that can split its work (the compiled kernels' ``prange`` loops) uses
-that many threads, and 1 outside a run or where the session sets no count.
+a plugin's kernel that can split its work (the numba loops' ``prange``, oneDNN's OpenMP
+threads) uses that many threads. Where the session sets no count (``intra_op_num_threads``
+0, the default) it is :func:`default_threads`: every core, as onnxruntime uses by default,
+unless ``OMP_NUM_THREADS`` says otherwise.
 """
 from __future__ import annotations
 
+import os
 import threading
+from functools import lru_cache
 
-__all__ = ["BlasThreads", "intra_op_threads"]
+__all__ = ["BlasThreads", "intra_op_threads", "default_threads"]
 
 _run = threading.local()
 
 
+@lru_cache(maxsize=None)
+def default_threads() -> int:
+    """The intra-op threads of a run whose session sets none: ``OMP_NUM_THREADS`` when it
+    is a positive int (read once, as OpenMP runtimes read it), else the number of CPUs this
+    process may run on (its affinity mask)."""
+    value = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if value.isdigit() and int(value) >= 1:
+        return int(value)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):   # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
 def intra_op_threads() -> int:
     """The threads a kernel may use in the run in progress on this thread: the session's
-    ``intra_op_num_threads`` when it set one (>= 1), else 1."""
-    return getattr(_run, "threads", 1)
+    ``intra_op_num_threads`` when it set one (>= 1), else :func:`default_threads`."""
+    return getattr(_run, "threads", None) or default_threads()
 
 
 class BlasThreads:
@@ -49,7 +67,7 @@ class BlasThreads:
             self._inside += 1
 
     def leave(self) -> None:
-        _run.threads = 1
+        _run.threads = None
         with self._lock:
             self._inside -= 1
             if self._inside == 0:
