@@ -42,6 +42,10 @@ F32 = np.dtype(np.float32)
 MIN_WEIGHT = 4096
 #: row counts kept per packed weight (each a primitive)
 MAX_PRIMITIVES = 64
+#: a weight up to this size is kept beside its packed copy, for the products too small for oneDNN
+KEEP_PLAIN_BYTES = 1 << 20
+#: the multiply-adds (M * K * N) from which a product runs oneDNN rather than numpy
+MIN_WORK = 1 << 21
 
 #: FusedMatMul's activation (fusions.EPILOGUES) -> oneDNN eltwise post-op (alpha, beta from params)
 ACTIVATIONS = {
@@ -68,16 +72,26 @@ def eltwise_post_ops(name: str, params) -> tuple:
 
 class PackedGemm:
     """A constant weight (K, N) in oneDNN's layout, its bias and epilogue, and the
-    primitives made for it per (row count, A's strides, threads)."""
+    primitives made for it per (row count, A's strides, threads).
+
+    A small weight (at most :data:`KEEP_PLAIN_BYTES`) is kept as it is too: a product of
+    fewer than :data:`MIN_WORK` multiply-adds runs numpy's matmul on it (a tiny GEMM costs
+    oneDNN more in dispatch than in arithmetic); a large one is released and every call
+    runs oneDNN.
+    """
 
     opaque_to_tracing = True
-    __slots__ = ("k", "n", "weights", "bias", "post_ops", "_primitives", "_lock", "__weakref__")
+    __slots__ = ("k", "n", "weights", "bias", "post_ops", "plain", "epilogue", "_primitives", "_lock",
+                 "__weakref__")
 
-    def __init__(self, weight: np.ndarray, bias: Optional[np.ndarray], post_ops: tuple):
+    def __init__(self, weight: np.ndarray, bias: Optional[np.ndarray], post_ops: tuple,
+                 epilogue: Optional[fusions.Epilogue] = None):
         k, n = weight.shape
         self.k, self.n = int(k), int(n)
         self.post_ops = post_ops
         self.bias = None if bias is None else np.ascontiguousarray(bias, dtype=F32).reshape(n)
+        self.plain = np.ascontiguousarray(weight, dtype=F32) if weight.nbytes <= KEEP_PLAIN_BYTES else None
+        self.epilogue = epilogue
         self._primitives: dict = {}
         self._lock = threading.Lock()
         probe = self._make(64, self.k, 1, api.MemoryDesc((self.k, self.n), tag=api.ANY))
@@ -118,6 +132,13 @@ class PackedGemm:
         """``y2 (M, N) = epilogue(a2 (M, K) @ W + bias)``; y2 C-contiguous, a2 any strides."""
         m = a2.shape[0]
         if m == 0:
+            return
+        if self.plain is not None and m * self.k * self.n < MIN_WORK:
+            np.matmul(a2, self.plain, out=y2)
+            if self.bias is not None:
+                np.add(y2, self.bias, out=y2)
+            if self.epilogue is not None:
+                self.epilogue(y2)
             return
         threads = intra_op_threads()
         api.set_threads(threads)
@@ -259,7 +280,8 @@ def _fused_accepts(ctx) -> bool:
 def _fused_prepack(ctx) -> PackedGemm:
     w = _weight(ctx, bool(ctx.attr("transB", 0)))
     bias = ctx.value(2) if ctx.has_input(2) else None
-    return PackedGemm(w, bias, eltwise_post_ops(ctx.attr("activation", ""), ctx.attr("activation_params", [])))
+    return PackedGemm(w, bias, eltwise_post_ops(ctx.attr("activation", ""), ctx.attr("activation_params", [])),
+                      fusions.epilogue(ctx))
 
 
 @lib.kernel("FusedMatMul", domain=fusions.DOMAIN, dtypes=[np.float32], priority=PRIORITY, accepts=_fused_accepts,

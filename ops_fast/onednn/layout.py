@@ -15,6 +15,10 @@ activation. So, as onnxruntime's NCHWc transformer does, a whole region changes 
 * a region tensor read outside the region (or returned by the graph) gets one
   ``Transpose(perm=[0, 3, 1, 2])`` under its own name, right after its producer; a region
   input made outside one ``Transpose(perm=[0, 2, 3, 1])``. Everything else keeps its names.
+  Where the model permutes itself (ConvNeXt: ``Transpose(perm=[0, 2, 3, 1])`` of a conv's
+  output, a channels-last MLP, ``Transpose(perm=[0, 3, 1, 2])`` back into a residual Add),
+  the permutes cancel against the region's layout: the first becomes an Identity of the
+  region tensor, the second's input enters the region as it is.
 
 Then epilogues are absorbed into the NhwcConv before them, each only where the conv's
 output has no other reader: an ``Add`` of a tensor of the output's shape (a residual
@@ -111,11 +115,21 @@ class _Region:
             return name
         if not _rank4(view, name):
             return None
+        if self.channels_last(name):
+            return self.view.producer(name).inputs[0]   # Transpose(u, [0, 3, 1, 2]) channels-last is u
         if name not in self.entered:
             fresh = self.entered[name] = view.fresh(f"{name}__nhwc")
             self.original[fresh] = name
             self.out.append(Node(f"{name}/to_nhwc", "Transpose", "", (name,), (fresh,), {"perm": list(TO_NHWC)}))
         return self.entered[name]
+
+    def channels_last(self, name: str) -> bool:
+        """The tensor is at hand channels-last without a copy: a region tensor, or a
+        ``Transpose(u, [0, 3, 1, 2])`` (u is its channels-last form)."""
+        if name in self.nhwc:
+            return True
+        p = self.view.producer(name)
+        return p is not None and _is_transpose(p, TO_NCHW) and _rank4(self.view, name)
 
     def outputs_of(self, n: Node) -> tuple:
         names = []
@@ -133,19 +147,28 @@ class _Region:
         return None if original is None else self.view.shape(original)
 
 
+def _is_transpose(n: Node, perm: tuple) -> bool:
+    return n.op_type == "Transpose" and not n.domain and tuple(n.attrs.get("perm", ())) == perm
+
+
 def _joins(region: _Region, n: Node) -> Optional[Node]:
     """The NHWC version of ``n`` if it joins the region, else None."""
     view = region.view
+    if _is_transpose(n, TO_NHWC) and n.inputs[0] in region.nhwc:
+        # the model's own NCHW -> NHWC permute of a region tensor (ConvNeXt's blocks): that is
+        # the region's data already (an Identity returns it without a copy)
+        return Node(n.name, "Identity", "", (region.nhwc[n.inputs[0]],), n.outputs, {})
     if _convertible_conv(view, n):
         x = region.operand(n.inputs[0])
         return Node(n.name, "NhwcConv", DOMAIN, (x,) + tuple(n.inputs[1:3]), region.outputs_of(n), dict(n.attrs))
-    if not any(i in region.nhwc for i in n.inputs if i) or n.domain not in ("", "ai.onnx") or n.opset is not None:
+    if not any(region.channels_last(i) for i in n.inputs if i) or n.domain not in ("", "ai.onnx") \
+            or n.opset is not None:
         return None
     if n.op_type in UNARY:
         x, extra = n.inputs[0], n.inputs[1:]
-        if x not in region.nhwc or any(e and not _one_element(view, e) for e in extra):
+        if not region.channels_last(x) or any(e and not _one_element(view, e) for e in extra):
             return None
-        return Node(n.name, n.op_type, n.domain, (region.nhwc[x],) + tuple(extra), region.outputs_of(n),
+        return Node(n.name, n.op_type, n.domain, (region.operand(x),) + tuple(extra), region.outputs_of(n),
                     dict(n.attrs))
     if n.op_type in BINARY:
         if not _rank4(view, n.outputs[0]) or any(i and (view.shape(i) is None or len(view.shape(i)) > 4)
@@ -309,7 +332,19 @@ def to_channels_last(view: GraphView) -> Optional[tuple]:
             converted.add(id(n))
         region.out.append(n if new is None else new)
     out = _with_exits(region, nodes, converted)
-    return _Fuser(region, out).run(), region.constants
+    return _without_dead_transposes(_Fuser(region, out).run(), view.outputs), region.constants
+
+
+def _without_dead_transposes(nodes: list, outputs: set) -> list:
+    """``nodes`` less the Transposes and Identities nothing reads any more (a model's
+    NHWC -> NCHW permute whose readers now take its input)."""
+    while True:
+        read = set(outputs) | {i for n in nodes for i in n.inputs}
+        kept = [n for n in nodes if n.op_type not in ("Transpose", "Identity") or n.domain
+                or any(o in read for o in n.outputs)]
+        if len(kept) == len(nodes):
+            return kept
+        nodes = kept
 
 
 CHANNELS_LAST = GraphPass("channels_last", to_channels_last, roots=CONVS, priority=5,
