@@ -154,15 +154,20 @@ def _same_dim(a: Dim, b: Dim) -> bool:
 
 def pool_output_dim(size: Dim, kernel: int, stride: int, pad_begin: int, pad_end: int,
                     dilation: int = 1, ceil_mode: bool = False) -> Dim:
-    """Output length of a convolution/pooling window along one axis (ONNX Conv/MaxPool)."""
+    """Output length of a convolution/pooling window along one axis (ONNX Conv/MaxPool).
+
+    floor((size + pads - effective) / stride) + 1, or with ``ceil_mode`` ceil(...) + 1 less
+    one when that last window would start in the right padding: it must start inside the
+    input or the left padding (ONNX operator spec, MaxPool/AveragePool "ceil_mode"; onnx PR
+    #5741, onnxruntime and PyTorch compute the same). Exact for symbolic ``size`` too.
+    """
     effective = (kernel - 1) * dilation + 1
     span = size + pad_begin + pad_end - effective
     if ceil_mode:
-        out = (span + stride - 1) // stride + 1
-        # the last window must start inside the input or the left padding (ONNX/PyTorch rule)
-        if isinstance(out, int) and isinstance(size, int) and (out - 1) * stride >= size + pad_begin:
-            out -= 1
-        return out
+        last = (span + stride - 1) // stride   # the last ceil-mode window starts at last * stride
+        # last + 1 windows, or last when last * stride >= size + pad_begin: min/max instead of
+        # a branch, so that a symbolic size gets the correction in its expression
+        return dim_min(last + 1, dim_max((size + pad_begin - 1) // stride + 1, last))
     return span // stride + 1
 
 

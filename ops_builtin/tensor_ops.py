@@ -198,7 +198,7 @@ def _split_sizes(ctx, dim, n: int):
                      kind="SplitCountMismatch")
         if any(isinstance(s, int) and s < 0 for s in split):
             ctx.fail(f"'split' {split} has a negative entry", kind="SplitNegative")
-        if isinstance(dim, int) and all(isinstance(s, int) for s in split) and sum(split) != dim:
+        if not ctx.assume(sum(split), "==", dim):   # a guard where the dim or an entry is symbolic
             ctx.fail(f"'split' {split} sums to {sum(split)} but the dim to split is {dim}",
                      kind="SplitSumMismatch")
         return split
@@ -211,7 +211,7 @@ def _split_sizes(ctx, dim, n: int):
         if isinstance(last, int) and last < 0:
             ctx.fail(f"a dim of {dim} cannot be split into {n} chunks of {chunk}", kind="SplitUneven")
         return [chunk] * (n - 1) + [last]
-    if isinstance(dim, int) and dim % n:
+    if not ctx.assume(dim % n, "==", 0):   # a guard where the dim is symbolic (no smaller last part)
         ctx.fail(f"a dim of {dim} cannot be split evenly into {n} outputs", kind="SplitUneven")
     return [dim // n] * n
 
@@ -611,10 +611,13 @@ def _gather_nd(inputs, outputs, ctx):
     data, idx = inputs
     b = ctx.attr("batch_dims", 0) if ctx.opset >= 12 else 0
     batch = int(np.prod(data.shape[:b], dtype=np.int64))
+    # explicit counts, not -1: numpy cannot infer a -1 next to a 0 (an empty batch or k = 0)
+    rows = int(np.prod(idx.shape[b:-1], dtype=np.int64))
     d = data.reshape((batch,) + data.shape[b:])
-    i = idx.reshape((batch, -1, idx.shape[-1]))
+    i = idx.reshape((batch, rows, idx.shape[-1]))
     index = _nd_index(data.shape, i, ctx.node.name, "GatherND", "GatherIndexOutOfRange", b)
-    res = d[(np.arange(batch)[:, None],) + index]
+    # broadcast so that k = 0 (no index arrays: whole slices) still gives one per index row
+    res = d[(np.broadcast_to(np.arange(batch)[:, None], (batch, rows)),) + index]
     np.copyto(outputs[0], res.reshape(outputs[0].shape))
 
 

@@ -5,6 +5,8 @@ float64 and a few cases ORT lacks against onnx.reference.ReferenceEvaluator.
 """
 from __future__ import annotations
 
+import itertools
+
 import dynashape
 import ml_dtypes
 import numpy as np
@@ -14,7 +16,7 @@ from dynashape.dtypes import onnx_type
 from dynashape.model import Node
 from dynashape.records import InferContext
 from dynashape.registry import get_registry
-from dynashape.symbolic import sym
+from dynashape.symbolic import evaluate, sym
 from dynashape.testing import infer_node, run_node
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
@@ -379,6 +381,57 @@ def test_pool_symbolic_and_errors():
         infer_node("AveragePool", [x.astype(np.int32)], {"kernel_shape": [2, 2]})
     with pytest.raises(dynashape.ShapeInferenceError, match="not allowed"):
         infer_node("MaxPool", [x.astype(np.int32)], {"kernel_shape": [2, 2]})
+
+
+def test_ceil_mode_last_window_starting_in_the_right_padding_is_dropped_for_symbolic_dims():
+    """ceil_mode: the last window must start inside the input or the left padding (onnx PR
+    #5741): k2 s2 pads 1 on H=5 gives 3 windows, not 4 (the fourth would be all padding).
+    With symbolic H/W the correction is part of the output dim's expression, so every
+    signature gets it from the symbolic plan (it used to apply to int dims only)."""
+    vi = helper.make_tensor_value_info
+    f = onnx.TensorProto.FLOAT
+    ceil = {"ceil_mode": 1}
+    nodes = [helper.make_node("MaxPool", ["x"], ["mp"], kernel_shape=[2, 2], strides=[2, 2], pads=[1, 1, 1, 1],
+                              **ceil),
+             helper.make_node("AveragePool", ["x"], ["ap"], kernel_shape=[3, 3], strides=[2, 2],
+                              pads=[1, 1, 1, 1], count_include_pad=0, **ceil),
+             helper.make_node("AveragePool", ["x"], ["apd"], kernel_shape=[2, 2], strides=[3, 2],
+                              pads=[1, 0, 1, 1], dilations=[2, 2], count_include_pad=1, **ceil),
+             helper.make_node("MaxPool", ["x"], ["mpd"], kernel_shape=[2, 2], strides=[3, 2], pads=[0, 0, 1, 1],
+                              dilations=[2, 1], **ceil),
+             helper.make_node("LpPool", ["x"], ["lp"], kernel_shape=[2, 2], strides=[2, 2], pads=[1, 1, 1, 1],
+                              p=2, **ceil)]
+    outs = ["mp", "ap", "apd", "mpd", "lp"]
+    graph = helper.make_graph(nodes, "g", [vi("x", f, ["N", "C", "H", "W"])], [vi(o, f, None) for o in outs])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    model.ir_version = 8
+    sizes = [(5, 5), (4, 7), (1, 1), (7, 2), (6, 9), (5, 3), (8, 8)]
+    runs = [{"x": rand(1, 2, h, w)} for h, w in sizes] + [{"x": rand(0, 2, 5, 5)}]
+    sess = dynashape.InferenceSession(model)
+    ort_sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for k, feeds in enumerate(runs):
+        got, want = sess.run(None, feeds), ort_sess.run(None, feeds)
+        for name, g, w in zip(outs, got, want):
+            assert g.shape == w.shape, (k, name, g.shape, w.shape)
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6, err_msg=f"run {k} {name}")
+        if k == 0:   # H=W=5: 3 windows, not 4 (onnx #5711); the 4th would be all padding
+            assert got[0].shape == (1, 2, 3, 3) and np.isfinite(got[0]).all()
+    assert (sess.stats.symbolic_plans, sess.stats.resolved_plans) == (len(runs), 0)
+    h = sym("H")
+    (shape,) = infer_symbolic("MaxPool", [(1, 1, h, 4)], ["float32"],
+                              {"kernel_shape": [2, 2], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": 1})
+    assert [evaluate(shape[2], {"H": v}) for v in (1, 2, 3, 4, 5, 6, 7)] == [1, 2, 2, 3, 3, 4, 4]
+    assert shape[3] == 3
+    for k, s, pb, pe, dil in itertools.product((1, 2, 3), (1, 2, 3), (0, 1, 2), (0, 1, 2), (1, 2)):
+        if max(pb, pe) >= k:
+            continue
+        (shape,) = infer_symbolic("MaxPool", [(1, 1, h)], ["float32"], {
+            "kernel_shape": [k], "strides": [s], "pads": [pb, pe], "dilations": [dil], "ceil_mode": 1})
+        for size in range((k - 1) * dil + 1, 14):
+            # onnx.reference's get_output_shape_explicit_padding (onnx PR #5741)
+            out = int(np.ceil((size + pb + pe - (k - 1) * dil - 1) / s + 1))
+            out -= (out - 1) * s >= size + pb
+            assert evaluate(shape[2], {"H": size}) == out, (k, s, pb, pe, dil, size)
 
 
 @pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"])

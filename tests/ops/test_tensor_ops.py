@@ -183,6 +183,39 @@ def test_split_symbolic():
     assert outs == [(s, 3), (s, 5)]
 
 
+@pytest.mark.parametrize("opset", [11, 13])
+def test_split_on_a_symbolic_axis_checks_every_signature(opset):
+    """Equal parts (no 'split') of a symbolic D must fail for an odd D (Split-11/13 have no
+    'last chunk smaller' rule, unlike Split-18 num_outputs), and a known 'split' must sum to
+    the symbolic axis length: both used to be checked for int dims only, so an odd D
+    dropped the last column and a short axis gave a wrong part."""
+    vi = helper.make_tensor_value_info
+    f = onnx.TensorProto.FLOAT
+    if opset >= 13:
+        parts = helper.make_node("Split", ["y", "sizes"], ["p0", "p1"], axis=-1, name="parts")
+        inits = [onnx.numpy_helper.from_array(i64(2, 3), "sizes")]
+    else:
+        parts = helper.make_node("Split", ["y"], ["p0", "p1"], axis=-1, split=[2, 3], name="parts")
+        inits = []
+    nodes = [helper.make_node("Split", ["x"], ["h0", "h1"], axis=1, name="halves"), parts]
+    graph = helper.make_graph(nodes, "g", [vi("x", f, ["N", "D"]), vi("y", f, ["M"])],
+                              [vi(o, f, None) for o in ("h0", "h1", "p0", "p1")], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    runs = [{"x": f32(2, 4), "y": f32(5)}, {"x": f32(3, 0), "y": f32(5)}, {"x": f32(0, 6), "y": f32(5)},
+            {"x": f32(1, 2), "y": f32(5)}]
+    sess = assert_runs_match_ort(model, runs)
+    for feeds, node, kind in (({"x": f32(2, 5), "y": f32(5)}, "halves", "SplitUneven"),
+                              ({"x": f32(3, 1), "y": f32(5)}, "halves", "SplitUneven"),
+                              ({"x": f32(2, 4), "y": f32(4)}, "parts", "SplitSumMismatch"),
+                              ({"x": f32(2, 4), "y": f32(6)}, "parts", "SplitSumMismatch")):
+        with pytest.raises(dynashape.ShapeInferenceError) as info:
+            sess.run(None, feeds)
+        assert info.value.kind == kind and info.value.node == node, str(info.value)
+        assert f"'{node}'" in str(info.value)
+    h0, h1, p0, p1 = sess.run(None, {"x": f32(2, 8), "y": f32(5)})   # the symbolic plan again
+    assert (h0.shape, h1.shape, p0.shape, p1.shape) == ((2, 4), (2, 4), (2,), (3,))
+
+
 # Slice ----------------------------------------------------------------------------------
 
 SLICE_CASES = [
@@ -389,6 +422,37 @@ def test_gather_nd(batch_dims):
     idx = np.array([[[0, 1], [1, -1]], [[1, 2], [0, 0]]], np.int64)
     check("GatherND", [x, idx], {"batch_dims": batch_dims}, opset=13)
     check("GatherND", [x, np.array([[1], [0]], np.int64)], {"batch_dims": batch_dims}, opset=12)
+
+
+def test_gather_nd_batch_dims_with_empty_batches_and_index_rows():
+    """GatherND with batch_dims on 0-size dims: an empty batch (B = 0), no index rows (K = 0),
+    an empty slice dim, and k = indices.shape[-1] = 0 (whole slices). The kernel reshaped
+    indices to (batch, -1, k), which numpy cannot do for 0 elements ("cannot reshape array
+    of size 0 into shape (0,newaxis,1)"). Values against onnxruntime on one session."""
+    vi = helper.make_tensor_value_info
+    nodes = [helper.make_node("GatherND", ["data", "idx"], ["g"], batch_dims=1, name="gnd"),
+             helper.make_node("GatherND", ["data", "whole"], ["w"], batch_dims=1, name="gnd_whole"),
+             helper.make_node("GatherND", ["data4", "idx4"], ["g4"], batch_dims=2, name="gnd2")]
+    graph = helper.make_graph(nodes, "g", [
+        vi("data", onnx.TensorProto.FLOAT, ["B", "N", 3]), vi("idx", onnx.TensorProto.INT64, ["B", "K", 1]),
+        vi("whole", onnx.TensorProto.INT64, ["B", "J", 0]),
+        vi("data4", onnx.TensorProto.FLOAT, ["P", "Q", "R", "S"]),
+        vi("idx4", onnx.TensorProto.INT64, ["P", "Q", "T", 1])],
+        [vi(o, onnx.TensorProto.FLOAT, None) for o in ("g", "w", "g4")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+    def feeds(b, n, k, j, p, q, r, s, t):
+        return {"data": f32(b, n, 3), "idx": rng.integers(-n, n, (b, k, 1)) if n else np.zeros((b, k, 1), np.int64),
+                "whole": np.zeros((b, j, 0), np.int64), "data4": f32(p, q, r, s),
+                "idx4": rng.integers(-r, r, (p, q, t, 1)) if r else np.zeros((p, q, t, 1), np.int64)}
+    runs = [feeds(2, 3, 2, 2, 2, 2, 3, 2, 2), feeds(0, 2, 2, 3, 0, 2, 3, 2, 1), feeds(3, 2, 0, 0, 2, 0, 3, 2, 2),
+            feeds(1, 4, 3, 1, 2, 3, 2, 0, 2), feeds(2, 0, 0, 2, 2, 2, 3, 2, 0), feeds(0, 0, 0, 0, 0, 0, 0, 0, 0)]
+    sess = assert_runs_match_ort(model, runs)
+    assert [o.shape for o in sess.run(None, runs[1])] == [(0, 2, 3), (0, 3, 2, 3), (0, 2, 1, 2)]
+    bad = dict(runs[0], idx=np.array([[[0], [3]], [[1], [-4]]], np.int64))
+    with pytest.raises(dynashape.ShapeInferenceError, match="out of range") as info:
+        sess.run(None, bad)
+    assert info.value.kind == "GatherIndexOutOfRange" and info.value.node == "gnd"
 
 
 def test_gather_nd_errors_and_opset11():
