@@ -380,3 +380,25 @@ def test_transpose_is_a_reorder_bit_equal_to_numpy(shape, perm):
     assert sess.program.steps[0].kernel.plugin == "onednn"
     x = _rand(*shape)
     np.testing.assert_array_equal(sess.run(None, {"x": x})[0], np.transpose(x, perm))
+
+
+def test_a_models_own_permutes_cancel_against_the_region():
+    """ConvNeXt's block: depthwise Conv, its own permute to NHWC, LayerNorm and a MatMul
+    channels-last, the permute back, a layer scale and the residual Add: only the graph
+    input's entry and the output's exit Transpose remain."""
+    c = 8
+    nodes = [helper.make_node("Conv", ["x", "dw"], ["d"], group=c, pads=[3, 3, 3, 3]),
+             helper.make_node("Transpose", ["d"], ["t"], perm=[0, 2, 3, 1]),
+             helper.make_node("LayerNormalization", ["t", "g"], ["ln"], axis=-1),
+             helper.make_node("MatMul", ["ln", "w"], ["mm"]),
+             helper.make_node("Transpose", ["mm"], ["back"], perm=[0, 3, 1, 2]),
+             helper.make_node("Mul", ["gamma", "back"], ["scaled"]),
+             helper.make_node("Add", ["scaled", "x"], ["res"]),
+             helper.make_node("Conv", ["res", "pw"], ["y"])]
+    inits = [("dw", _rand(c, 1, 7, 7, scale=0.2)), ("g", RNG.uniform(0.5, 1.5, c)), ("w", _rand(c, c)),
+             ("gamma", _rand(c, 1, 1)), ("pw", _rand(4, c, 1, 1))]
+    m = _model(nodes, [("x", ["n", c, "h", "w"])], inits)
+    feeds = [{"x": _rand(n, c, h, w)} for n, h, w in ((1, 9, 10), (2, 7, 7), (1, 9, 10))]
+    sess = _check(m, feeds, ops={"NhwcConv"}, rtol=1e-4, atol=1e-5)
+    op_types = [st.node.node.op_type for st in sess.program.steps]
+    assert op_types.count("Transpose") == 2, op_types
