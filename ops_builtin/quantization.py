@@ -143,6 +143,10 @@ def _granularity(ctx, version: int, x_shape, s_shape, what: str, check: bool = T
     if not check:
         if s_shape is None or x_shape is None or len(s_shape) == 0 or _is_one(s_shape):
             return _PER_TENSOR, 0, block
+        if len(s_shape) == 1 and not isinstance(s_shape[0], int):
+            # a scale of symbolic length: per tensor where it is 1, per axis otherwise, so the
+            # kind is decided per signature (the comparison raises while tracing)
+            bool(s_shape[0] == 1)
         rank = len(x_shape)
         if version < 13 or rank == 0:
             return _PER_TENSOR, 0, 0

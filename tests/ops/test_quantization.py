@@ -596,3 +596,19 @@ def test_dynamic_quantize_and_conv_errors():
     _fails("InvalidQuantParam", "x_scale must be a scalar", "QLinearConv", [x, np.ones(2, F)] + q[2:], opset=10)
     _fails("InvalidDtype", "B has dtype int8", "QLinearConv", q + [np.zeros(2, np.int8)], opset=10)
     _fails("BiasShapeMismatch", "bias B", "QLinearConv", q + [np.zeros(3, np.int32)], opset=10)
+
+
+def test_a_scale_of_symbolic_length_is_per_tensor_at_one_and_per_axis_otherwise():
+    """QuantizeLinear whose scale length is a dim of the feed: its granularity is decided per
+    signature (validation mode compares the traced preparation with each concrete one)."""
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s"], ["y"], axis=1)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, "c"]),
+                                           helper.make_tensor_value_info("s", TensorProto.FLOAT, ["c"])],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    model.ir_version = 9
+    sess = dynashape.InferenceSession(model.SerializeToString(), validate_memory=True)
+    x = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], np.float32)
+    for xs, s in ((x[:, :1], np.array([0.5], np.float32)), (x, np.array([0.5, 1.0, 2.0], np.float32))):
+        (y,) = sess.run(None, {"x": xs, "s": s})
+        np.testing.assert_array_equal(y, np.clip(np.rint(xs / s), 0, 255).astype(np.uint8))
