@@ -68,8 +68,9 @@ def test_plugin_kernel_with_higher_priority_overrides_the_builtin(registered):
 
 def test_a_kernel_reads_the_runs_intra_op_threads(registered):
     """dynashape.threads.intra_op_threads(): the session's intra_op_num_threads during its
-    runs, 1 without one and outside a run (the compiled kernels split work by it)."""
-    from dynashape.threads import intra_op_threads
+    runs, default_threads() (every core, or OMP_NUM_THREADS) without one and outside a run
+    (the compiled kernels split work by it)."""
+    from dynashape.threads import default_threads, intra_op_threads
     seen = []
     lib = OpLibrary()
 
@@ -85,7 +86,7 @@ def test_a_kernel_reads_the_runs_intra_op_threads(registered):
     (y,) = dynashape.InferenceSession(_one_node_model("Relu"), so).run(None, x)
     dynashape.InferenceSession(_one_node_model("Relu")).run(None, x)
     np.testing.assert_array_equal(y, [0, 3])
-    assert seen == [3, 1] and intra_op_threads() == 1
+    assert seen == [3, default_threads()] and intra_op_threads() == default_threads()
 
 
 def test_builtin_kernel_is_back_after_unregistering_the_override():
@@ -380,3 +381,146 @@ def test_a_kernel_leaving_its_scratch_buffer_unused_passes_the_check(registered)
     for validate in (False, True):
         sess = dynashape.InferenceSession(_one_node_model("Copy", "com.example.scratch"), validate_memory=validate)
         np.testing.assert_array_equal(sess.run(None, {"x": x})[0], x)
+
+
+# accepts, prepack, whole-graph passes -------------------------------------------------
+
+def _weighted_model(w: np.ndarray, extra_reader: bool = False):
+    """y = x @ w (and, with ``extra_reader``, s = w + x2: a second node reading the weight)."""
+    from onnx import numpy_helper
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"])]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", w.shape[0]])]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    if extra_reader:
+        nodes.append(helper.make_node("Add", ["w", "x2"], ["s"]))
+        inputs.append(helper.make_tensor_value_info("x2", TensorProto.FLOAT, list(w.shape)))
+        outputs.append(helper.make_tensor_value_info("s", TensorProto.FLOAT, None))
+    g = helper.make_graph(nodes, "g", inputs, outputs, [numpy_helper.from_array(w, "w")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_kernel_that_declines_a_node_passes_it_to_the_next_by_priority(registered):
+    lib = OpLibrary()
+    seen = []
+
+    def accepts(ctx):
+        seen.append(ctx.shape(0))
+        return ctx.value(1) is not None and ctx.value(1).shape[1] == 3   # only a 3-column constant weight
+
+    @lib.kernel("MatMul", priority=99, accepts=accepts)
+    def _doubled(inputs, outputs, ctx):
+        np.multiply(inputs[0] @ inputs[1], 2, out=outputs[0])
+
+    registered(lib, "picky")
+    x = np.ones((2, 4), np.float32)
+    three = dynashape.InferenceSession(_weighted_model(np.ones((4, 3), np.float32)))
+    five = dynashape.InferenceSession(_weighted_model(np.ones((4, 5), np.float32)))
+    assert three.program.steps[0].kernel.plugin == "picky" and five.program.steps[0].kernel.plugin != "picky"
+    np.testing.assert_array_equal(three.run(None, {"x": x})[0], np.full((2, 3), 8.0))
+    np.testing.assert_array_equal(five.run(None, {"x": x})[0], np.full((2, 5), 4.0))
+    assert seen and len(seen[0]) == 2
+
+
+def test_an_accepts_that_raises_names_the_plugin(registered):
+    lib = OpLibrary()
+
+    @lib.kernel("MatMul", priority=99, accepts=lambda ctx: 1 / 0)
+    def _never(inputs, outputs, ctx):
+        raise AssertionError("not chosen")
+
+    registered(lib, "broken-accepts")
+    with pytest.raises(dynashape.PluginContractError, match="broken-accepts"):
+        dynashape.get_registry().resolve_kernel("", "MatMul", 17, np.dtype(np.float32), ctx=object())
+
+
+def _packing_plugin(calls: list) -> OpLibrary:
+    """MatMul whose weight is prepacked as its transpose (a stand-in for a blocked layout)."""
+    lib = OpLibrary()
+
+    def prepack(ctx):
+        calls.append("prepack")
+        return np.ascontiguousarray(ctx.value(1).T)
+
+    def prepare(ctx):
+        return ctx.prepacked
+
+    @lib.kernel("MatMul", priority=99, prepack=prepack, prepack_inputs=(1,), prepare=prepare,
+                accepts=lambda ctx: ctx.value(1) is not None)
+    def _packed_matmul(inputs, outputs, packed):
+        w = inputs[1].T if packed is None else packed   # outside a program: the plain weight
+        assert (packed is None) == (inputs[1] is not None)
+        np.matmul(inputs[0], w.T, out=outputs[0])
+
+    return lib
+
+
+def test_a_prepacked_weight_replaces_the_initializer(registered):
+    calls = []
+    registered(_packing_plugin(calls), "packer")
+    w = np.arange(12, dtype=np.float32).reshape(4, 3)
+    sess = dynashape.InferenceSession(_weighted_model(w))
+    (step,) = sess.program.steps
+    assert calls == ["prepack"] and step.inputs[1] == -1
+    np.testing.assert_array_equal(step.prepacked, w.T)
+    slot = sess.graph.slot["w"]
+    assert slot in sess.graph.released and sess.program.template[slot] is None
+    assert sess.graph.constants[slot].strides == (0, 0)   # a stand-in: the shape, no data
+    for n in (2, 5, 0, 2):
+        x = np.random.default_rng(n).standard_normal((n, 4)).astype(np.float32)
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], x @ w, rtol=1e-6)
+    assert calls == ["prepack"], "made once per node, whatever the signatures"
+
+
+def test_a_weight_another_node_reads_stays(registered):
+    registered(_packing_plugin([]), "packer")
+    w = np.ones((4, 3), np.float32)
+    sess = dynashape.InferenceSession(_weighted_model(w, extra_reader=True))
+    assert sess.graph.released == set()
+    x, x2 = np.ones((2, 4), np.float32), np.full((4, 3), 2.0, np.float32)
+    y, s = sess.run(None, {"x": x, "x2": x2})
+    np.testing.assert_array_equal(y, np.full((2, 3), 4.0))
+    np.testing.assert_array_equal(s, np.full((4, 3), 3.0))
+
+
+def test_a_graph_pass_rewrites_the_whole_graph_and_is_reported(registered):
+    from dynashape.model import Node
+    from dynashape.rewrite import GraphPass
+
+    def negate_relus(view):
+        nodes = []
+        for n in view.nodes:
+            if n.op_type == "Relu":
+                mid = view.fresh("neg")
+                nodes += [Node(n.name + "/neg", "Neg", "", n.inputs, (mid,)),
+                          Node(n.name, "Relu", "", (mid,), n.outputs)]
+            else:
+                nodes.append(n)
+        return nodes, {}
+
+    plugin = types.SimpleNamespace(dynashape_register_rewrites=hookimpl(
+        lambda: [GraphPass("negate_relus", negate_relus, roots=(("", "Relu"),), priority=1)]))
+    name = dynashape.register_plugin(plugin, name="graph-pass")
+    try:
+        sess = dynashape.InferenceSession(_one_node_model("Relu"))
+        assert sess.rewrites.counts() == {"negate_relus": 1}
+        assert sess.rewrites.fired[0].plugin == "graph-pass" and sess.rewrites.fired[0].added == 2
+        np.testing.assert_array_equal(sess.run(None, {"x": np.array([1, -2], np.float32)})[0], [0, 2])
+        untouched = dynashape.InferenceSession(_one_node_model("Neg"))
+        assert untouched.rewrites.counts() == {}
+    finally:
+        dynashape.unregister_plugin(name)
+
+
+def test_default_threads_follow_omp_num_threads_else_the_cpus(monkeypatch):
+    import os
+
+    from dynashape import threads
+    threads.default_threads.cache_clear()
+    try:
+        monkeypatch.setenv("OMP_NUM_THREADS", "3")
+        assert threads.default_threads() == 3
+        threads.default_threads.cache_clear()
+        monkeypatch.delenv("OMP_NUM_THREADS")
+        assert threads.default_threads() == len(os.sched_getaffinity(0))
+    finally:
+        threads.default_threads.cache_clear()
