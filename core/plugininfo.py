@@ -41,7 +41,7 @@ def _kernel_record(k, ahead: list) -> dict:
     (``ahead``: its op's kernels of a higher priority whose opsets and dtypes overlap)."""
     taken: Optional[set] = set()   # the dtypes the kernels ahead take over its whole range; None: all
     for a in ahead:
-        if _covers(a, k):
+        if _covers(a, k) and a.accepts is None:   # one that declines nodes (accepts) takes only some
             taken = None if a.dtypes is None or taken is None else taken | set(a.dtypes)
     if taken is None or (k.dtypes is not None and set(k.dtypes) <= taken):
         wins = "no"
@@ -51,7 +51,7 @@ def _kernel_record(k, ahead: list) -> dict:
         wins = "yes"
     return {"op": f"{domain_name(k.domain)}::{k.op_type}", "since_version": k.since_version,
             "end_version": k.end_version, "dtypes": None if k.dtypes is None else sorted(k.dtypes),
-            "priority": k.priority, "wins": wins,
+            "priority": k.priority, "wins": wins, "selective": k.accepts is not None,
             "ahead": [{"plugin": a.plugin, "dtypes": None if a.dtypes is None else sorted(a.dtypes)} for a in ahead]}
 
 
@@ -72,7 +72,8 @@ def plugin_entries(registry=None, manager=None) -> list[dict]:
     below) and ``rewrites`` (names, in the order they run). A kernel: ``op``,
     ``since_version``, ``end_version`` (None: open), ``dtypes`` (None: any), ``priority``,
     ``wins`` ("yes": no kernel is tried before it; "partly": kernels of a higher priority
-    take some of its dtypes or opsets; "no": they take all of them) and ``ahead`` (those
+    take some of its dtypes, opsets or nodes; "no": they take all of them), ``selective``
+    (it declines the nodes it does not cover: ``KernelDef.accepts``) and ``ahead`` (those
     kernels: ``plugin`` and ``dtypes``)."""
     from .registry import get_registry, kernels_overlap, plugin_manager
     registry = registry or get_registry()

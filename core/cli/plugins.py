@@ -23,6 +23,8 @@ def _kernel_text(k: dict) -> str:
                       for a in k["ahead"])
     verdict = {"yes": "wins", "partly": f"wins, except where {ahead} first",
                "no": f"never runs: {ahead} first"}[k["wins"]]
+    if k.get("selective"):
+        verdict += " (on the nodes it accepts)"
     return f"{k['op']} (opsets {opsets}; {dtypes}; priority {k['priority']}) {verdict}"
 
 
