@@ -24,10 +24,19 @@ dynashape (pool), dynashape (naive), ONNX Runtime (CPU, 1 thread), and a baselin
 that only imports numpy/onnx and makes the feeds. BLAS runs single-threaded (benchmarks/_env.py,
 imported by these processes too).
 
+Any model (``--model PATH``, repeatable; the zoo is not needed): peak RSS and session-creation
+seconds of fresh processes that import the engine, create the session, and run once on feeds
+made from the session's declared inputs with the dims of ``--dims`` (integer inputs: mask-like
+names ones, type ids zeros, others ints in [0, 100); floats N(0, 1)): dynashape (pool), ONNX
+Runtime (CPU, 1 thread) and a baseline process that imports numpy and onnx only. Each process runs
+``--repeat`` times; the medians are printed.
+
 Run from the repository root:
     python benchmarks/memory.py                 # everything (~2 minutes on 2 cores)
     python benchmarks/memory.py --no-rss        # part 1 only
     python benchmarks/memory.py --models gpt2   # keys containing any of these substrings
+    python benchmarks/memory.py --model ../models/bert_base.onnx --model ../models/resnet50.onnx \
+        --dims batch=1,sequence=128,height=224,width=224 --repeat 3
 """
 from __future__ import annotations
 
@@ -77,11 +86,102 @@ print(json.dumps({"maxrss_kb": hwm[0] if hwm else resource.getrusage(resource.RU
 """
 
 
+_MODEL_RSS_SCRIPT = r"""
+import sys, json, time, warnings
+engine, path, dims_json, bench = sys.argv[1:5]
+sys.path.insert(0, bench)
+import _env  # the benchmarks' BLAS environment, before numpy
+warnings.simplefilter("ignore")
+import numpy as np
+import onnx  # noqa: F401  (the baseline imports what the engines import)
+
+
+def feeds_for(inputs, dims):
+    rng = np.random.default_rng(0)
+    out = {}
+    for vi in inputs:
+        shape = [d if isinstance(d, int) else dims[d] for d in vi.shape]
+        kind = vi.type[len("tensor("):-1]
+        dtype = {"float": np.float32, "double": np.float64, "float16": np.float16, "int64": np.int64,
+                 "int32": np.int32, "bool": np.bool_}[kind]
+        if np.dtype(dtype).kind in "iu":
+            name = vi.name.lower()
+            out[vi.name] = (np.ones(shape, dtype) if "mask" in name else np.zeros(shape, dtype) if "type" in name
+                            else rng.integers(0, 100, shape).astype(dtype))
+        elif dtype is np.bool_:
+            out[vi.name] = np.ones(shape, dtype)
+        else:
+            out[vi.name] = rng.standard_normal(shape).astype(dtype)
+    return out
+
+
+dims = json.loads(dims_json)
+created = 0.0
+if engine == "ort":
+    import onnxruntime as ort
+    so = ort.SessionOptions(); so.intra_op_num_threads = 1; so.inter_op_num_threads = 1; so.log_severity_level = 3
+    t0 = time.perf_counter()
+    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    created = time.perf_counter() - t0
+elif engine == "pool":
+    import dynashape
+    t0 = time.perf_counter()
+    sess = dynashape.InferenceSession(path, allocator=engine)
+    created = time.perf_counter() - t0
+out = sess.run(None, feeds_for(sess.get_inputs(), dims)) if engine != "none" else []
+hwm = [int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:")]
+print(json.dumps({"maxrss_kb": hwm[0] if hwm else None, "create_s": created,
+                  "outputs": [float(np.asarray(o, dtype=np.float64).sum()) for o in out
+                              if np.asarray(o).dtype.kind in "biuf"]}))
+"""
+
+
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="", help="comma-separated substrings of zoo keys to keep")
     ap.add_argument("--no-rss", action="store_true", help="skip the peak-RSS processes (part 2)")
+    ap.add_argument("--model", action="append", default=[], metavar="PATH",
+                    help="measure this model only (repeatable): peak RSS and session creation, no zoo needed")
+    ap.add_argument("--dims", default="batch=1,sequence=128,height=224,width=224",
+                    help="symbolic input dims for --model, as name=value,...")
+    ap.add_argument("--repeat", type=int, default=1, help="processes per engine and --model (medians)")
     return ap.parse_args(argv)
+
+
+def model_rss(engine: str, path: str, dims: dict) -> dict:
+    """One fresh process of ``engine`` ("pool", "ort" or "none") on ``path``: peak RSS (MB),
+    session-creation seconds and the sums of the outputs; ``{"error": ...}`` when it failed."""
+    try:
+        out = subprocess.run([sys.executable, "-c", _MODEL_RSS_SCRIPT, engine, path, json.dumps(dims),
+                              str(Path(__file__).resolve().parent)], check=False,
+                             capture_output=True, text=True, timeout=900)
+    except subprocess.TimeoutExpired:
+        return {"error": "timeout"}
+    if out.returncode != 0:
+        return {"error": (out.stderr.strip().splitlines() or ["failed"])[-1][:80]}
+    data = json.loads(out.stdout.strip().splitlines()[-1])
+    return {"mb": data["maxrss_kb"] / 1024.0, "create_s": data["create_s"], "outputs": data["outputs"]}
+
+
+def models_part(paths: list, dims: dict, repeat: int) -> None:
+    """Peak RSS and session creation of dynashape (pool) and ONNX Runtime on each model."""
+    rows = []
+    for path in paths:
+        med = {}
+        for engine in ("none", "pool", "ort"):
+            runs = [model_rss(engine, path, dims) for _ in range(max(1, repeat))]
+            ok = [r for r in runs if "error" not in r]
+            med[engine] = ({"mb": statistics.median(r["mb"] for r in ok),
+                            "create_s": statistics.median(r["create_s"] for r in ok), "outputs": ok[0]["outputs"]}
+                           if ok else {"error": runs[0]["error"]})
+        pool, ort = med["pool"], med["ort"]
+        same = "outputs" in pool and "outputs" in ort and len(pool["outputs"]) == len(ort["outputs"]) and \
+            all(abs(a - b) <= 1e-2 * max(1.0, abs(a)) for a, b in zip(pool["outputs"], ort["outputs"]))
+        rows.append([Path(path).name, med["none"].get("mb"), pool.get("mb", pool.get("error")), ort.get("mb"),
+                     None if "mb" not in pool or "mb" not in ort else pool["mb"] / ort["mb"],
+                     pool.get("create_s"), ort.get("create_s"), "yes" if same else "?"])
+    C.print_table(["model", "baseline MB", "dynashape pool MB", "ORT MB", "pool / ORT", "dynashape create s",
+                   "ORT create s", "same sums"], rows, align="lrrrrrrr")
 
 
 def synthetic_model(n_nodes: int = 800, d: int = 32):
@@ -257,6 +357,11 @@ def part2(catalog, zoo) -> list:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.model:
+        dims = {k: int(v) for k, v in (kv.split("=", 1) for kv in args.dims.split(",") if kv)}
+        C.header(f"memory: peak RSS and session creation (fresh process, one run at {dims}) vs ONNX Runtime")
+        models_part(args.model, dims, args.repeat)
+        return 0
     zoo = C.require_zoo()
     warnings.simplefilter("ignore")
     catalog = C.zoo_catalog()

@@ -7,8 +7,15 @@ lists, sparse attributes), in any subgraph and in the model's functions — must
 regular file inside that directory (or inside the ``external_data_dir`` given for a model
 loaded from bytes): an absolute path, a ``..`` component, or a symlink whose target lies
 outside raises :class:`~dynashape.errors.ExternalDataError`, as does a missing file or an
-``offset``/``length`` past its end. The bytes are read into the tensor (``raw_data``), so
-nothing reads the file system after load.
+``offset``/``length`` past its end.
+
+The main graph's initializers are not read here: :func:`load_external_data` returns where
+their bytes lie (:func:`external_region`, every check above made) and the import makes each
+array from a read-only memory map of its file (:mod:`dynashape.weights`: a view where the
+data is aligned, else a copy). The other external tensors (sparse initializers, attributes,
+subgraphs, functions; small) are read into the tensor (``raw_data``) at load. A file must
+therefore not be rewritten in place while a session made from it lives (replacing it by a
+rename is safe), as with onnxruntime's memory-mapped external data.
 """
 from __future__ import annotations
 
@@ -21,24 +28,33 @@ from onnx.external_data_helper import ExternalDataInfo
 
 from .errors import ExternalDataError
 
-__all__ = ["external_tensors", "load_external_data", "resolve_location"]
+__all__ = ["external_tensors", "load_external_data", "resolve_location", "external_region", "Region"]
+
+#: where a tensor's external bytes lie: (real path, offset, length)
+Region = tuple[str, int, int]
 
 
-def external_tensors(model: onnx.ModelProto) -> Iterator[TensorProto]:
-    """Every TensorProto of the model whose data is external (graphs walked iteratively)."""
-    graphs = [model.graph]
+def external_tensors(model: onnx.ModelProto, main_initializers: bool = True) -> Iterator[TensorProto]:
+    """Every TensorProto of the model whose data is external (graphs walked iteratively);
+    ``main_initializers=False`` leaves out the dense initializers of the main graph."""
+    graphs: list = []
     for fn in model.functions:
         yield from _node_tensors(fn.node, graphs)
+    yield from _graph_tensors(model.graph, graphs, main_initializers)
     while graphs:
-        g = graphs.pop()
-        for t in g.initializer:
+        yield from _graph_tensors(graphs.pop(), graphs, True)
+
+
+def _graph_tensors(g: onnx.GraphProto, graphs: list, initializers: bool) -> Iterator[TensorProto]:
+    """The external tensors of ``g`` itself; its subgraphs are appended to ``graphs``."""
+    for t in g.initializer if initializers else ():
+        if _is_external(t):
+            yield t
+    for sp in g.sparse_initializer:
+        for t in (sp.values, sp.indices):
             if _is_external(t):
                 yield t
-        for sp in g.sparse_initializer:
-            for t in (sp.values, sp.indices):
-                if _is_external(t):
-                    yield t
-        yield from _node_tensors(g.node, graphs)
+    yield from _node_tensors(g.node, graphs)
 
 
 def _node_tensors(nodes, graphs: list) -> Iterator[TensorProto]:
@@ -91,33 +107,53 @@ def resolve_location(base_dir: str, location: str, tensor: str) -> str:
     return path
 
 
-def load_external_data(model: onnx.ModelProto, base_dir: Optional[str]) -> None:
-    """Read every external tensor of ``model`` (in place) from under ``base_dir``.
+def load_external_data(model: onnx.ModelProto, base_dir: Optional[str]) -> dict[int, Region]:
+    """Check every external reference of ``model`` and read the external tensors other than
+    the main graph's initializers (in place) from under ``base_dir``.
+
+    Returns:
+        ``{index in model.graph.initializer: (path, offset, length)}`` for the main graph's
+        external initializers, checked but not read (their ``raw_data`` stays empty).
 
     Raises:
         ExternalDataError: a reference is unsafe, missing or out of its file's bounds, or
             the model has external data and ``base_dir`` is None (bytes given alone).
     """
-    for t in external_tensors(model):
-        info = ExternalDataInfo(t)
-        if base_dir is None:
-            raise ExternalDataError(f"tensor '{t.name}' has external data ('{info.location}') but the model was "
-                                    "given as bytes or a ModelProto: pass external_data_dir= (the directory of "
-                                    "its data files), or load it from its path")
-        path = resolve_location(base_dir, info.location, t.name)
-        t.raw_data = _read(path, int(info.offset or 0), info.length, t.name)
+    regions = {k: external_region(t, base_dir) for k, t in enumerate(model.graph.initializer) if _is_external(t)}
+    for t in external_tensors(model, main_initializers=False):
+        path, offset, length = external_region(t, base_dir)
+        t.raw_data = _read(path, offset, length)
         del t.external_data[:]
         t.data_location = TensorProto.DEFAULT
+    return regions
 
 
-def _read(path: str, offset: int, length: Optional[int], tensor: str) -> bytes:
+def external_region(t: TensorProto, base_dir: Optional[str]) -> Region:
+    """Where the external bytes of ``t`` lie: ``(real path, offset, length)``, length the
+    rest of the file when the reference gives none.
+
+    Raises:
+        ExternalDataError: ``base_dir`` is None, or the location is unsafe or missing
+            (:func:`resolve_location`), or the bytes lie outside the file.
+    """
+    info = ExternalDataInfo(t)
+    if base_dir is None:
+        raise ExternalDataError(f"tensor '{t.name}' has external data ('{info.location}') but the model was "
+                                "given as bytes or a ModelProto: pass external_data_dir= (the directory of "
+                                "its data files), or load it from its path")
+    path = resolve_location(base_dir, info.location, t.name)
+    offset, length = int(info.offset or 0), info.length
     size = os.path.getsize(path)
     if offset < 0 or (length is not None and length < 0):
-        raise ExternalDataError(f"external data of tensor '{tensor}': negative offset {offset} or length {length}")
+        raise ExternalDataError(f"external data of tensor '{t.name}': negative offset {offset} or length {length}")
     end = size if length is None else offset + length
     if end > size or offset > size:
-        raise ExternalDataError(f"external data of tensor '{tensor}': bytes [{offset}, {end}) lie past the end "
+        raise ExternalDataError(f"external data of tensor '{t.name}': bytes [{offset}, {end}) lie past the end "
                                 f"of '{path}' ({size} bytes)")
+    return path, offset, end - offset
+
+
+def _read(path: str, offset: int, length: int) -> bytes:
     with open(path, "rb") as f:
         f.seek(offset)
-        return f.read(end - offset)
+        return f.read(length)

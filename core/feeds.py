@@ -122,6 +122,7 @@ def _table_shapes(graphs) -> dict:
     """``{name: shape}`` of the constant tensors: initializers and Constant nodes' values."""
     shapes = {}
     for g in graphs:
+        shapes.update({k: shape for k, (shape, _) in g.released.items()})
         shapes.update({k: v.shape for k, v in g.initializers.items()})
         shapes.update({n.outputs[0]: np.shape(n.attrs["value"]) for n in g.nodes
                        if n.op_type == "Constant" and "value" in n.attrs})

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Collection, Optional, Sequence
 
 import numpy as np
 
@@ -15,7 +15,7 @@ from .model import Graph, Model, Node, ValueInfo, input_dim_exprs
 from .records import OpDef
 from .registry import Registry
 
-__all__ = ["PreparedNode", "PreparedGraph", "prepare_graph", "input_dims"]
+__all__ = ["PreparedNode", "PreparedGraph", "prepare_graph", "input_dims", "release_unread_constants", "as_graph"]
 
 
 @dataclass
@@ -50,11 +50,27 @@ class PreparedGraph:
     constants: dict[int, np.ndarray]      # initializers (and folded constants)
     value_inputs: set[int] = field(default_factory=set)  # graph-input slots read by value for shapes
     producer: dict[int, int] = field(default_factory=dict)  # slot -> index in nodes
+    #: constants dropped because nothing reads them any more: slot -> (shape, dtype)
+    released: dict[int, tuple[tuple[int, ...], np.dtype]] = field(default_factory=dict)
     #: node index -> (kernel, what its ``prepack`` made): shared by every program of the graph
     prepacked: dict[int, tuple] = field(default_factory=dict)
     #: constant slots whose data a prepacked form replaced: their ``constants`` entry is a
-    #: stand-in of the same shape and dtype holding no data (``np.broadcast_to`` of one zero)
-    released: set[int] = field(default_factory=set)
+    #: stand-in of the same shape and dtype holding no data (``np.broadcast_to`` of one zero),
+    #: for per-node inference of the nodes that read them
+    packed_away: set[int] = field(default_factory=set)
+
+    def constant_type(self, slot: int) -> tuple[Optional[tuple[int, ...]], Optional[np.dtype]]:
+        """Shape and dtype of a constant, released or not; (None, None) for other slots."""
+        arr = self.constants.get(slot)
+        if arr is not None:
+            return tuple(arr.shape), arr.dtype
+        return self.released.get(slot, (None, None))
+
+    def read_slots(self) -> set[int]:
+        """Slots some node reads (its inputs and its subgraphs' outer values) or the graph outputs."""
+        read = {s for pn in self.nodes for s in pn.all_inputs if s >= 0}
+        read.update(s for s in self.output_slots if s >= 0)
+        return read
 
 
 def _toposort(graph: Graph, known: set[str]) -> list[Node]:
@@ -173,6 +189,30 @@ def prepare_graph(model_or_graph, registry: Registry, opsets: Optional[dict[str,
                        constants, producer=producer)
     pg.value_inputs = _value_needed_inputs(pg)
     return pg
+
+
+def release_unread_constants(pg: PreparedGraph, keep: Collection[str] = ()) -> set[str]:
+    """Drop every constant of ``pg`` that no node reads and that is no graph output (a weight
+    only a folded Transpose read, the inputs of a fused pattern), except those named in
+    ``keep``: from ``pg.constants`` (shape and dtype move to ``pg.released``) and from
+    ``pg.graph``'s initializers. Returns the names dropped."""
+    read = pg.read_slots() | {pg.slot[n] for n in keep if n in pg.slot}
+    dropped = [s for s in pg.constants if s not in read]
+    for s in dropped:
+        arr = pg.constants.pop(s)
+        pg.released[s] = (tuple(arr.shape), arr.dtype)
+    names = {pg.names[s] for s in dropped}
+    pg.graph.release(names)
+    return names
+
+
+def as_graph(pg: PreparedGraph, keep: Collection[str] = ()) -> Graph:
+    """``pg`` (a main graph) as a :class:`Graph` again: its nodes in their order and, as
+    initializers, the constants they read, the graph outputs and those named in ``keep``."""
+    read = pg.read_slots() | {pg.slot[n] for n in keep if n in pg.slot}
+    g = pg.graph
+    return Graph(g.name, [pn.node for pn in pg.nodes], list(g.inputs), list(g.outputs),
+                 {pg.names[s]: v for s, v in pg.constants.items() if s in read}, g.value_info, list(g.overridable))
 
 
 def _check_node(opdef: OpDef, node: Node, opset: int, graph: str) -> None:

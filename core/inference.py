@@ -8,7 +8,7 @@ Per-signature shape resolution is the compiled program's (:mod:`dynashape.progra
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Collection, Optional
 
 import numpy as np
 
@@ -22,12 +22,14 @@ __all__ = ["fold_constants"]
 
 
 def fold_constants(pg: PreparedGraph, registry: Registry, services: Optional[NodeServices] = None,
-                   memory_limit: Optional[int] = None) -> int:
+                   memory_limit: Optional[int] = None, exclude: Collection[int] = ()) -> int:
     """Fold every deterministic node whose inputs are all constants; returns how many.
 
-    A node that fails here is kept: the error then surfaces, with its node, when it runs.
-    So is one whose output would be over ``memory_limit`` bytes (default: the machine's
-    memory, :mod:`dynashape.limits`): its plan then raises ResourceLimitError.
+    Constants whose slots are in ``exclude`` count as unknown here (overridable initializers:
+    the nodes they reach stay). A node that fails here is kept: the error then surfaces, with
+    its node, when it runs. So is one whose output would be over ``memory_limit`` bytes
+    (default: the machine's memory, :mod:`dynashape.limits`): its plan then raises
+    ResourceLimitError.
     """
     limit = memory_limit if memory_limit is not None else resolve_memory_limit(None)
     n = len(pg.names)
@@ -35,7 +37,8 @@ def fold_constants(pg: PreparedGraph, registry: Registry, services: Optional[Nod
     dtypes: list = [None] * n
     values: list = [None] * n
     for s, arr in pg.constants.items():
-        shapes[s], dtypes[s], values[s] = tuple(arr.shape), arr.dtype, arr
+        if s not in exclude:
+            shapes[s], dtypes[s], values[s] = tuple(arr.shape), arr.dtype, arr
     kept = []
     for pn in pg.nodes:
         ins = pn.all_inputs

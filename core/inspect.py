@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .errors import InvalidArgumentError
 from .session import InferenceSession
 from .symbolic import dim_str
 
@@ -44,8 +45,9 @@ def inspect_session(sess: InferenceSession) -> dict:
         seen.add(s)
         if s in folded_at_load:
             op_type, plugin = folded_at_load[s]
-            arr = pg.constants[s]
-            shape, dtype, dd = list(arr.shape), arr.dtype.name, False
+            const_shape, const_dtype = pg.constant_type(s)
+            shape = None if const_shape is None else list(const_shape)
+            dtype, dd = None if const_dtype is None else const_dtype.name, False
         else:
             op_type, plugin = producers.get(s, ("input", ""))
             shape, dd = _dims(sg.shapes[s]), sg.is_data_dependent(s)
@@ -57,17 +59,31 @@ def inspect_session(sess: InferenceSession) -> dict:
             "summary": {"tensors": len(tensors), "fully_symbolic": len(tensors) - n_dd, "data_dependent": n_dd}}
 
 
-def inspect_rewrites(sess: InferenceSession) -> dict:
+def inspect_rewrites(sess: InferenceSession, model: Any = None) -> dict:
     """What the graph rewrites did to the session's model: every replacement (``rewrite``,
     ``plugin``, ``root`` node, nodes ``removed`` / ``added``), ``counts`` per rewrite, node
     counts before / after (after constant folding) and run-time steps before / after (the
-    steps of the same model compiled with ``optimize=False``)."""
+    steps of the same model compiled with ``optimize=False``).
+
+    The steps before are compiled from ``model`` (a path, bytes or ``ModelProto``: what the
+    session was made from), by default from the file the session read: a session keeps no
+    copy of the weights the rewrites replaced.
+
+    Raises:
+        InvalidArgumentError: a rewrite fired, ``model`` is None and the session was not
+            made from a path.
+    """
     from dataclasses import asdict
 
     report = sess.rewrites
     steps_before = len(sess.program.steps)
     if report.fired:
-        steps_before = len(InferenceSession(sess.model.proto, optimize=False).program.steps)
+        source = model if model is not None else sess.model.path
+        if source is None:
+            raise InvalidArgumentError("inspect_rewrites(session) compiles the model again without rewrites: pass "
+                                       "model= (the bytes or ModelProto the session was made from)")
+        steps_before = len(InferenceSession(source, optimize=False,
+                                            external_data_dir=sess.external_data_dir).program.steps)
     return {"fired": [asdict(f) for f in report.fired], "counts": report.counts(),
             "nodes_before": report.nodes_before, "nodes_after": report.nodes_after,
             "steps_before": steps_before, "steps_after": len(sess.program.steps)}

@@ -7,22 +7,28 @@ empty dim). Graph inputs that are also initializers are not model inputs but
 ``Graph.overridable`` (IR.md: defaults that may be overridden): a run that feeds one
 overrides it, as in onnxruntime (``InferenceSession.get_overridable_initializers``); a run
 that does not uses the initializer as a constant.
+
+Weights are held once (:mod:`dynashape.weights`): a model read from a path is memory-mapped
+and the main graph's initializers are read-only views of the map (aligned data) or copies
+(the rest), a model given as bytes is scanned the same way, and the ``ModelProto`` kept in
+:attr:`Model.proto` carries the graph and metadata without the initializers' data.
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from typing import Any, Iterable, Optional, Union
 
 import numpy as np
 import onnx
 from onnx import AttributeProto, numpy_helper
 
 from .dtypes import OptionalType, SequenceType, np_dtype, type_string, value_type_string
-from .errors import ModelLoadError, NestingLimitError
-from .external_data import external_tensors, load_external_data
+from .errors import ExternalDataError, ModelLoadError, NestingLimitError
+from .external_data import Region, load_external_data
 from .symbolic import Dim, sym
 from .validate import validate_model
+from .weights import LITTLE_ENDIAN, Buffer, WireFormatError, array_from_region, map_file, plain_dtype, scan_model
 
 __all__ = ["DimSpec", "ValueInfo", "Node", "Graph", "Model", "load_model", "FIXED", "SYMBOLIC", "UNKNOWN"]
 
@@ -101,7 +107,10 @@ class Node:
 
 @dataclass
 class Graph:
-    """A (sub)graph. ``inputs`` are the real inputs (initializers excluded)."""
+    """A (sub)graph. ``inputs`` are the real inputs (initializers excluded).
+
+    ``initializers`` are read-only arrays. A session drops those no node reads after
+    constant folding (:meth:`release`); ``released`` keeps their shapes and dtypes."""
 
     name: str
     nodes: list[Node]
@@ -111,6 +120,15 @@ class Graph:
     value_info: dict[str, ValueInfo]
     #: initializers also listed as graph inputs: defaults a feed may override (IR.md)
     overridable: list[ValueInfo] = field(default_factory=list)
+    #: initializers whose data was released: name -> (shape, dtype)
+    released: dict[str, tuple[tuple[int, ...], np.dtype]] = field(default_factory=dict)
+
+    def release(self, names: Iterable[str]) -> None:
+        """Drop these initializers' arrays, keeping their shapes and dtypes in ``released``."""
+        for name in list(names):
+            arr = self.initializers.pop(name, None)
+            if arr is not None:
+                self.released[name] = (tuple(arr.shape), arr.dtype)
 
     def outer_names(self) -> set[str]:
         """Names this graph reads but does not define (outer-scope values of a subgraph)."""
@@ -128,10 +146,18 @@ class Graph:
 
 @dataclass
 class Model:
+    """An imported model.
+
+    ``proto`` is the model without the data of its main graph's initializers (their names,
+    element types and dims stay; the arrays are ``graph.initializers``): metadata, the nodes,
+    subgraphs and functions. ``path`` is the file it was read from (None for bytes and
+    ModelProtos)."""
+
     graph: Graph
     opsets: dict[str, int]
     ir_version: int
     proto: onnx.ModelProto
+    path: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -235,12 +261,18 @@ def _tensor(t: onnx.TensorProto, what: str = "initializer") -> np.ndarray:
     try:
         return numpy_helper.to_array(t)
     except Exception as exc:  # noqa: BLE001 - numpy's or onnx's message, put in context
-        kind = onnx.TensorProto.DataType.Name(t.data_type) if t.data_type in _DATA_TYPES else t.data_type
-        raise ModelLoadError(f"{what} '{t.name}' ({kind}, dims {list(t.dims)}) cannot be read: its data does not "
-                             f"match its type and dims ({type(exc).__name__}: {exc})") from exc
+        raise _unreadable(t, what, exc) from exc
+
+
+def _unreadable(t: onnx.TensorProto, what: str, exc: Exception) -> ModelLoadError:
+    kind = onnx.TensorProto.DataType.Name(t.data_type) if t.data_type in _DATA_TYPES else t.data_type
+    return ModelLoadError(f"{what} '{t.name}' ({kind}, dims {list(t.dims)}) cannot be read: its data does not "
+                          f"match its type and dims ({type(exc).__name__}: {exc})")
 
 
 _DATA_TYPES = set(onnx.TensorProto.DataType.values())
+#: TensorProto fields that hold data (what Model.proto's initializers are stripped of)
+_DATA_FIELDS = ("raw_data", "float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data")
 
 
 def _sparse_to_dense(sp: onnx.SparseTensorProto) -> np.ndarray:
@@ -267,10 +299,15 @@ def _sparse_to_dense(sp: onnx.SparseTensorProto) -> np.ndarray:
     return dense
 
 
-def _graph(g: onnx.GraphProto) -> Graph:
-    inits = {t.name: _tensor(t) for t in g.initializer}
+def _graph(g: onnx.GraphProto, arrays: Optional[list] = None) -> Graph:
+    """The Graph of ``g``; ``arrays`` (per initializer, in order) are the main graph's
+    initializers made already (None entries are read from ``g``)."""
+    inits = {t.name: arrays[k] if arrays is not None and arrays[k] is not None else _tensor(t)
+             for k, t in enumerate(g.initializer)}
     for sp in g.sparse_initializer:
         inits[sp.values.name] = _sparse_to_dense(sp)
+    for arr in inits.values():
+        arr.flags.writeable = False
     nodes = []
     for i, n in enumerate(g.node):
         attrs = {a.name: _attr_value(a) for a in n.attribute}
@@ -287,33 +324,46 @@ def _graph(g: onnx.GraphProto) -> Graph:
     )
 
 
-def load_model(model: Union[str, os.PathLike, bytes, onnx.ModelProto],
+def load_model(model: Union[str, os.PathLike, bytes, bytearray, memoryview, onnx.ModelProto],
                external_data_dir: Optional[Union[str, os.PathLike]] = None) -> Model:
     """Read a model from a path, serialized bytes or a ``ModelProto``, read its external data
     (from the model's directory, or ``external_data_dir`` for bytes and protos; see
-    :mod:`dynashape.external_data`) and check it (:mod:`dynashape.validate`). A given
-    ``ModelProto`` is never modified.
+    :mod:`dynashape.external_data`) and check it (:mod:`dynashape.validate`).
+
+    The main graph's initializers are read once (:mod:`dynashape.weights`): from a path the
+    file is memory-mapped and each array is a read-only view of the map where its data is
+    aligned for its dtype, else an aligned copy; from ``bytes`` the same views (copies when
+    the views would keep less than half of the buffer in use alive); from a ``bytearray`` or
+    ``memoryview``, which the caller may change, copies; external data is mapped like a
+    path. From a ``ModelProto`` (never modified) each array is ``numpy_helper.to_array``'s.
+
+    Returns:
+        the :class:`Model`: each initializer a read-only array of its dims and the numpy
+        dtype of its element type (``ml_dtypes`` for bfloat16, float8 and 4-bit types),
+        bit-equal to ``numpy_helper.to_array``; ``proto`` without initializer data.
 
     Raises:
-        ModelLoadError: the file is missing or not a valid ONNX model; its subclasses
-            ExternalDataError (an unsafe or missing external-data reference) and those of
-            :func:`dynashape.validate.validate_model`.
+        ModelLoadError: the file is missing or not a valid ONNX model (a truncated file
+            names the initializer it cuts off; an initializer whose data does not fit its
+            dims and type is named); its subclasses ExternalDataError (an unsafe or missing
+            external-data reference) and those of :func:`dynashape.validate.validate_model`.
     """
     base_dir = os.fspath(external_data_dir) if external_data_dir is not None else None
+    path = None
+    source: Optional[_Source] = None
+    originals = None
     try:
         if isinstance(model, onnx.ModelProto):
-            proto = model
-            if next(external_tensors(proto), None) is not None:
-                proto = onnx.ModelProto()
-                proto.CopyFrom(model)
+            proto, originals = _skeleton(model), model.graph.initializer
         elif isinstance(model, (bytes, bytearray, memoryview)):
-            proto = onnx.load_from_string(bytes(model))
+            proto, source = _parse(_flat(model), copy=not isinstance(model, bytes))
         elif isinstance(model, (str, os.PathLike)):
             if not os.path.exists(model):
                 raise ModelLoadError(f"model file '{model}' does not exist")
-            proto = onnx.load(os.fspath(model), load_external_data=False)
+            path = os.path.abspath(os.fspath(model))
+            proto, source = _parse(map_file(os.fspath(model)), copy=False)
             if base_dir is None:
-                base_dir = os.path.dirname(os.path.abspath(os.fspath(model)))
+                base_dir = os.path.dirname(path)
         else:
             raise ModelLoadError(f"cannot load a model from {type(model).__name__}; "
                                  "expected a path, bytes or onnx.ModelProto")
@@ -329,15 +379,135 @@ def load_model(model: Union[str, os.PathLike, bytes, onnx.ModelProto],
         opsets["" if o.domain == "ai.onnx" else o.domain] = int(o.version)
     if "" not in opsets and proto.ir_version < 3:
         opsets[""] = 1
-    load_external_data(proto, base_dir)
+    external = load_external_data(proto, base_dir)
     validate_model(proto, opsets)
     try:
-        graph = _graph(proto.graph)
+        graph = _graph(proto.graph, _initializer_arrays(proto.graph.initializer, source, originals, external))
     except ModelLoadError:
         raise
     except Exception as exc:
         raise ModelLoadError(f"could not import graph '{proto.graph.name}': {exc}") from exc
-    return Model(graph=graph, opsets=opsets, ir_version=int(proto.ir_version), proto=proto)
+    for t in proto.graph.initializer:
+        for name in _DATA_FIELDS:
+            t.ClearField(name)
+    return Model(graph=graph, opsets=opsets, ir_version=int(proto.ir_version), proto=proto, path=path)
+
+
+@dataclass(frozen=True)
+class _Source:
+    """The serialized model the initializers' data is read from: ``regions[k]`` is
+    ``(offset, length)`` of initializer k's raw_data in ``buf`` (None: read from the proto);
+    ``copy``: the caller may change ``buf`` (a bytearray / memoryview), so no views of it."""
+
+    buf: Buffer
+    regions: list
+    copy: bool
+
+
+def _flat(data: Union[bytes, bytearray, memoryview]) -> Buffer:
+    """The bytes of a bytes-like object, indexable by byte (a copy only for a memoryview that
+    is not contiguous)."""
+    if isinstance(data, memoryview):
+        try:
+            return data.cast("B")
+        except TypeError:
+            return bytes(data)
+    return data
+
+
+def _parse(buf: Buffer, copy: bool) -> tuple[onnx.ModelProto, Optional[_Source]]:
+    """The ModelProto of ``buf``, parsed without the raw_data the scanner found; onnx parses
+    the whole buffer where the scanner cannot read it (then no source: the proto holds all).
+
+    Raises:
+        ModelLoadError: a raw_data runs past the end of the file (:func:`weights.scan_model`).
+        Exception: onnx's parse errors (protobuf's DecodeError, its nesting limit).
+    """
+    if LITTLE_ENDIAN:
+        try:
+            scan = scan_model(buf)
+        except WireFormatError:
+            scan = None
+        if scan is not None:
+            proto = onnx.load_from_string(scan.stripped)
+            if len(proto.graph.initializer) == len(scan.regions):
+                return proto, _Source(buf, scan.regions, copy)
+    return onnx.load_from_string(bytes(buf)), None
+
+
+def _initializer_arrays(inits, source: Optional[_Source], originals, external: dict[int, Region]) -> list:
+    """Per initializer of the main graph (``inits``, the parsed proto's), its array where it
+    is made from a buffer: the source's regions, external files (mapped), or the caller's
+    ModelProto (``originals``); None where ``_graph`` reads it from ``inits``."""
+    arrays: list = [None] * len(inits)
+    files: dict[str, Buffer] = {}
+    viewed: list[int] = []
+    for k, t in enumerate(inits):
+        if k in external:
+            path, offset, length = external[k]
+            if path not in files:
+                try:
+                    files[path] = map_file(path)
+                except OSError as exc:
+                    raise ExternalDataError(f"external data of tensor '{t.name}': cannot read '{path}': {exc}") \
+                        from exc
+            if plain_dtype(t.data_type) is None or not LITTLE_ENDIAN:   # packed/string types: onnx reads them
+                t.raw_data = bytes(files[path][offset:offset + length])
+                del t.external_data[:]
+                t.data_location = onnx.TensorProto.DEFAULT
+                continue
+            arrays[k] = _from_region(t, files[path], offset, length, copy=False)
+        elif source is not None and source.regions[k] is not None:
+            offset, length = source.regions[k]
+            arrays[k] = _from_region(t, source.buf, offset, length, copy=source.copy)
+            if not arrays[k].flags.owndata:
+                viewed.append(k)
+        elif originals is not None:
+            arrays[k] = _tensor(originals[k])
+    if source is not None and isinstance(source.buf, bytes) and \
+            2 * sum(arrays[k].nbytes for k in viewed) < len(source.buf):
+        for k in viewed:        # views would keep a buffer mostly of copied or unused bytes alive
+            arrays[k] = arrays[k].copy()
+    return arrays
+
+
+def _from_region(t: onnx.TensorProto, buf: Buffer, offset: int, length: int, copy: bool) -> np.ndarray:
+    dtype = plain_dtype(t.data_type)
+    assert dtype is not None
+    try:
+        return array_from_region(buf, offset, length, dtype, tuple(t.dims), copy)
+    except ValueError as exc:
+        raise _unreadable(t, "initializer", exc) from exc
+
+
+def _skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` without the data of its main graph's initializers (what
+    :attr:`Model.proto` holds); ``model`` is not modified."""
+    out = onnx.ModelProto()
+    _copy_fields(model, out, ("graph",))
+    if model.HasField("graph"):
+        out.graph.SetInParent()
+        _copy_fields(model.graph, out.graph, ("initializer",))
+        for t in model.graph.initializer:
+            _copy_fields(t, out.graph.initializer.add(), _DATA_FIELDS)
+    return out
+
+
+def _copy_fields(src, dst, skip: tuple) -> None:
+    for fd, value in src.ListFields():
+        if fd.name in skip:
+            continue
+        repeated = fd.is_repeated if hasattr(fd, "is_repeated") else fd.label == 3   # LABEL_REPEATED
+        if repeated and fd.message_type is not None:
+            target = getattr(dst, fd.name)
+            for item in value:      # CopyFrom copies at any depth; extend / MergeFrom parse (100 levels)
+                target.add().CopyFrom(item)
+        elif repeated:
+            getattr(dst, fd.name).extend(value)
+        elif fd.message_type is not None:
+            getattr(dst, fd.name).CopyFrom(value)
+        else:
+            setattr(dst, fd.name, value)
 
 
 def input_dim_exprs(vi: ValueInfo, taken: set[str]) -> Optional[tuple[Dim, ...]]:

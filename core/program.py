@@ -282,10 +282,11 @@ class Program:
             readers.update(st.inputs if st is not None else pn.all_inputs)
         for slot in packed_slots - readers:
             value = pg.constants.get(slot)
-            if slot in pg.released or value is None:
+            if slot in pg.packed_away or value is None:
                 continue
             pg.constants[slot] = np.broadcast_to(np.zeros((), value.dtype), value.shape)
-            pg.released.add(slot)
+            pg.packed_away.add(slot)
+            pg.graph.release({pg.names[slot]})
             self.template[slot] = None
 
     def _scratch_slots(self, idx: int, kernel) -> tuple:

@@ -16,17 +16,16 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 import numpy as np
-import onnx
 
 from .dtypes import OptionalType, SequenceType, type_key, value_type_string
 from .engine import Engine, LiveStats
 from .errors import (DimParamMismatch, InputDtypeMismatch, InputFixedDimMismatch, InputNameError,
                      InputRankMismatch, InvalidArgumentError, InvalidFeedError, RunTerminated)
 from .executor import Arena, RunStats
-from .graph import PreparedGraph, input_dims, prepare_graph
+from .graph import PreparedGraph, as_graph, input_dims, prepare_graph, release_unread_constants
 from .inference import fold_constants
 from .limits import resolve_memory_limit
-from .model import FIXED, SYMBOLIC, Model, ModelMetadata, ValueInfo, load_model, model_metadata
+from .model import FIXED, SYMBOLIC, Graph, Model, ModelMetadata, ValueInfo, load_model, model_metadata
 from .optimize import optimize_graph
 from .options import RunOptions, SessionOptions, resolve_providers, session_settings, warn_once
 from .plan import Plan
@@ -191,7 +190,14 @@ class InferenceSession:
     The arguments are onnxruntime's, in its order; dynashape's own are keywords.
 
     Args:
-        path_or_bytes: a path, serialized bytes or an ``onnx.ModelProto``.
+        path_or_bytes: a path, serialized bytes or an ``onnx.ModelProto`` (or a
+            :class:`~dynashape.model.Model` from ``load_model``, which the session takes
+            over). A path is memory-mapped and the weights are read-only views of the file
+            where their data is aligned, copies otherwise (:func:`dynashape.model.load_model`):
+            the file must not be rewritten in place while the session lives. Initializers
+            that no node reads after constant folding and the rewrites are released
+            (``session.model.graph.released`` keeps their shapes and dtypes); overridable
+            initializers stay, with what a run that overrides one compiles from.
         sess_options: a :class:`~dynashape.options.SessionOptions` (what each field does here
             is in :mod:`dynashape.options`).
         providers: onnxruntime's provider list (names or ``(name, options)``); only
@@ -265,14 +271,24 @@ class InferenceSession:
         self.memory_limit = resolve_memory_limit(memory_limit)
         self.external_data_dir = external_data_dir
         t_load = time.perf_counter()
-        self.model: Model = load_model(path_or_bytes, external_data_dir=external_data_dir)
+        self.model: Model = (path_or_bytes if isinstance(path_or_bytes, Model)
+                             else load_model(path_or_bytes, external_data_dir=external_data_dir))
         self.registry = get_registry()
         self.compiled_kernels = compiled_kernel_plugins(compiled_kernels)
         if self.compiled_kernels != COMPILED_KERNELS_PLUGINS:
             self.registry = self.registry.without(COMPILED_KERNELS_PLUGINS - self.compiled_kernels)
         self.graph: PreparedGraph = prepare_graph(self.model, self.registry)
-        self.folded_nodes = (fold_constants(self.graph, self.registry, memory_limit=self.memory_limit)
-                             if settings.fold_constants else 0)
+        self._overridable = {vi.name for vi in self.model.graph.overridable}
+        #: what a run that feeds overridable initializers compiles from (the graph before they are folded)
+        self._override_base: Optional[Graph] = None
+        self.folded_nodes = 0
+        if settings.fold_constants and self._overridable:
+            self.folded_nodes = fold_constants(self.graph, self.registry, memory_limit=self.memory_limit,
+                                               exclude={self.graph.slot[n] for n in self._overridable})
+        if self._overridable:
+            self._override_base = as_graph(self.graph, keep=self._overridable)
+        if settings.fold_constants:
+            self.folded_nodes += fold_constants(self.graph, self.registry, memory_limit=self.memory_limit)
         if optimize is None:
             optimize = os.environ.get("DYNASHAPE_OPTIMIZE", "1") not in ("0", "false", "off")
         self.optimize = bool(optimize) and settings.fold_constants
@@ -281,6 +297,9 @@ class InferenceSession:
         self.rewrites = RewriteReport.unchanged(len(self.graph.nodes))
         if self.optimize:
             self.graph, self.rewrites = optimize_graph(self.graph, self.registry, *input_dims(self.graph, self._inputs))
+        release_unread_constants(self.graph, keep=self._overridable)
+        self.model.graph.release([n for n in self.model.graph.initializers
+                                  if self.graph.slot.get(n) not in self.graph.constants])
         dims, dtypes = input_dims(self.graph, self._inputs)
         t0 = time.perf_counter()
         self.engine = Engine(self.graph, self.registry, dims, dtypes, [vi.name for vi in self._inputs],
@@ -289,13 +308,14 @@ class InferenceSession:
                              optimize=self.optimize, memory_limit=self.memory_limit)
         self.engine.profiler = self._profiler
         self.engine.quiet = settings.quiet
+        # the constants a kernel's prepacked form replaced (program.py, _release_prepacked)
+        self.model.graph.release([self.graph.names[s] for s in self.graph.packed_away])
         self.symbolic_inference_ms = (time.perf_counter() - t0) * 1e3
         self._input_index = {vi.name: i for i, vi in enumerate(self._inputs)}
         self._input_names = [vi.name for vi in self._inputs]
         self._output_index = {vi.name: i for i, vi in enumerate(self._outputs)}
         self._all_outputs = list(range(len(self._outputs)))
         self._feeds_fit = _feed_checker(self._inputs)
-        self._overridable = {vi.name for vi in self.model.graph.overridable}
         self._overriding: dict = {}
         self._blas = BlasThreads(settings.blas_threads) if settings.blas_threads else None
         self._plain_runs = self._profiler is None and self._blas is None
@@ -500,17 +520,19 @@ class InferenceSession:
 
     def _run_overriding(self, output_names, input_feed: Mapping[str, Any]) -> list[np.ndarray]:
         """Run with some initializers fed: on a session (compiled once per set of fed names)
-        of the model where those initializers are inputs."""
+        of the model where those initializers are inputs, made from the graph as it was
+        before anything that depends on an overridable initializer was folded."""
         names = frozenset(self._overridable.intersection(input_feed))
         inner = self._overriding.get(names)
         if inner is None:
-            proto = onnx.ModelProto()
-            proto.CopyFrom(self.model.proto)
-            kept = [t for t in proto.graph.initializer if t.name not in names]
-            del proto.graph.initializer[:]
-            proto.graph.initializer.extend(kept)
+            base = self._override_base
+            assert base is not None
+            graph = Graph(base.name, base.nodes, base.inputs + [v for v in base.overridable if v.name in names],
+                          base.outputs, {k: v for k, v in base.initializers.items() if k not in names},
+                          base.value_info, [v for v in base.overridable if v.name not in names])
+            model = Model(graph, self.model.opsets, self.model.ir_version, self.model.proto, self.model.path)
             so = replace(self._sess_options, enable_profiling=False, intra_op_num_threads=0)
-            inner = InferenceSession(proto, so, allocator=self.allocator, plan_cache_size=self.plan_cache_size,
+            inner = InferenceSession(model, so, allocator=self.allocator, plan_cache_size=self.plan_cache_size,
                                      validate_memory=self.validate_memory, strict_dim_params=self.strict_dim_params,
                                      optimize=self.optimize, compiled_kernels=self.compiled_kernels,
                                      memory_limit=self.memory_limit, external_data_dir=self.external_data_dir)

@@ -463,7 +463,7 @@ def test_a_prepacked_weight_replaces_the_initializer(registered):
     assert calls == ["prepack"] and step.inputs[1] == -1
     np.testing.assert_array_equal(step.prepacked, w.T)
     slot = sess.graph.slot["w"]
-    assert slot in sess.graph.released and sess.program.template[slot] is None
+    assert slot in sess.graph.packed_away and sess.program.template[slot] is None
     assert sess.graph.constants[slot].strides == (0, 0)   # a stand-in: the shape, no data
     for n in (2, 5, 0, 2):
         x = np.random.default_rng(n).standard_normal((n, 4)).astype(np.float32)
@@ -475,7 +475,7 @@ def test_a_weight_another_node_reads_stays(registered):
     registered(_packing_plugin([]), "packer")
     w = np.ones((4, 3), np.float32)
     sess = dynashape.InferenceSession(_weighted_model(w, extra_reader=True))
-    assert sess.graph.released == set()
+    assert sess.graph.packed_away == set()
     x, x2 = np.ones((2, 4), np.float32), np.full((4, 3), 2.0, np.float32)
     y, s = sess.run(None, {"x": x, "x2": x2})
     np.testing.assert_array_equal(y, np.full((2, 3), 4.0))
