@@ -284,10 +284,15 @@ class Program:
             value = pg.constants.get(slot)
             if slot in pg.packed_away or value is None:
                 continue
-            pg.constants[slot] = np.broadcast_to(np.zeros((), value.dtype), value.shape)
+            stand_in = pg.constants[slot] = np.broadcast_to(np.zeros((), value.dtype), value.shape)
             pg.packed_away.add(slot)
             pg.graph.release({pg.names[slot]})
             self.template[slot] = None
+            self.sg.values[slot] = stand_in
+            for idx, pn in enumerate(pg.nodes):   # the symbolic contexts kept for the steps
+                if slot in pn.inputs:
+                    ctx = self.sg.contexts[idx]
+                    ctx.input_values = [stand_in if i == slot else v for i, v in zip(pn.inputs, ctx.input_values)]
 
     def _scratch_slots(self, idx: int, kernel) -> tuple:
         """Slots for the kernel's scratch buffers (shapes traced symbolically), or ()."""
