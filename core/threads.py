@@ -37,7 +37,10 @@ def default_threads() -> int:
 def intra_op_threads() -> int:
     """The threads a kernel may use in the run in progress on this thread: the session's
     ``intra_op_num_threads`` when it set one (>= 1), else :func:`default_threads`."""
-    return getattr(_run, "threads", None) or default_threads()
+    return _run.__dict__.get("threads") or _DEFAULT[0] or _DEFAULT.__setitem__(0, default_threads()) or _DEFAULT[0]
+
+
+_DEFAULT = [0]   # default_threads(), once known (intra_op_threads runs in every compiled kernel call)
 
 
 class BlasThreads:

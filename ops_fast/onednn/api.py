@@ -28,6 +28,7 @@ import ctypes
 import os
 import sys
 import threading
+import weakref
 from functools import lru_cache
 from importlib import metadata
 from typing import Optional, Sequence
@@ -306,27 +307,57 @@ class Primitive:
         """A copy of the descriptor the primitive chose for ``what`` (QUERY_WEIGHTS, ...)."""
         return MemoryDesc.copy_of(library().dnnl_primitive_desc_query_md(self._pd.handle, what, 0), dims)
 
-    def _bound(self):
-        """(arg array, memory handles) of the calling thread, made on its first call."""
+    def _bound(self) -> "_Bound":
+        """The calling thread's memory objects and argument array, made on its first call."""
         mine = getattr(self._local, "bound", None)
         if mine is None:
-            engine = _engine()
-            mems = [_Handle(_new("dnnl_memory_create", md.handle, engine, None), "dnnl_memory_destroy")
-                    for md in self.mds]
-            array = (_ExecArg * len(mems))(*[_ExecArg(a, m.handle) for a, m in zip(self.args, mems)])
-            mine = self._local.bound = (array, mems, [m.handle for m in mems])
+            mine = self._local.bound = _Bound(self)
         return mine
 
-    def execute(self, pointers: Sequence[int]) -> None:
-        """Run on the data at ``pointers`` (one per argument, in ``args`` order)."""
-        lib = library()
-        array, _, handles = self._bound()
-        set_handle = lib.dnnl_memory_set_data_handle
-        for h, p in zip(handles, pointers):
-            set_handle(h, p)
-        status = lib.dnnl_primitive_execute(self._prim.handle, _stream(), len(handles), array)
+    def execute(self, values: Sequence) -> None:
+        """Run on ``values``, one per argument in ``args`` order: a pointer (int) or a numpy
+        array (its data pointer). Memory handles are set only where the data moved since the
+        last call on this thread (an arena buffer, a packed weight: once)."""
+        b = self._local.__dict__.get("bound") or self._bound()
+        last, handles, set_handle = b.last, b.handles, b.set_handle
+        for k, v in enumerate(values):
+            entry = last[k]
+            if type(v) is int:
+                if entry[1] != v:
+                    set_handle(handles[k], v)
+                    entry[1] = v
+                continue
+            ref = entry[0]
+            if ref is not None and ref() is v:
+                continue
+            pointer = v.ctypes.data
+            entry[0] = weakref.ref(v)
+            if entry[1] != pointer:
+                set_handle(handles[k], pointer)
+                entry[1] = pointer
+        status = b.run(self._prim.handle, b.stream, b.n, b.array)
         if status != SUCCESS:
             raise OneDNNError("dnnl_primitive_execute", status)
+
+
+class _Bound:
+    """One thread's memory objects of a primitive: the argument array, the handles, and per
+    argument the array (a weak reference) and pointer last set."""
+
+    __slots__ = ("mems", "handles", "array", "n", "last", "stream", "set_handle", "run")
+
+    def __init__(self, prim: Primitive):
+        lib = library()
+        engine = _engine()
+        self.mems = [_Handle(_new("dnnl_memory_create", md.handle, engine, None), "dnnl_memory_destroy")
+                     for md in prim.mds]
+        self.handles = [m.handle for m in self.mems]
+        self.array = (_ExecArg * len(self.mems))(*[_ExecArg(a, m.handle) for a, m in zip(prim.args, self.mems)])
+        self.n = len(self.mems)
+        self.last = [[None, None] for _ in self.mems]
+        self.stream = _stream()
+        self.set_handle = lib.dnnl_memory_set_data_handle
+        self.run = lib.dnnl_primitive_execute
 
 
 def make_primitive(create: str, args: Sequence[int], mds: Sequence[MemoryDesc], *create_args) -> Primitive:

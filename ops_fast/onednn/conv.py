@@ -200,12 +200,12 @@ class PackedConv:
         threads = intra_op_threads()
         api.set_threads(threads)
         prim, weights = self.primitive(nchw(x.shape), threads)
-        pointers = [x.ctypes.data, weights, y.ctypes.data]
+        values = [x, weights, y]
         if self.bias is not None:
-            pointers.append(self.bias.ctypes.data)
+            values.append(self.bias)
         if self.residual:
-            pointers.append(z.ctypes.data)
-        prim.execute(pointers)
+            values.append(z)
+        prim.execute(values)
 
 
 class _Node:

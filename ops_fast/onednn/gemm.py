@@ -114,18 +114,20 @@ class PackedGemm:
         prim.mds = (src, prim.queried(api.QUERY_WEIGHTS, (self.k, self.n)), dst) + tuple(mds[3:])
         return prim
 
-    def primitive(self, m: int, row_stride: int, col_stride: int, threads: int) -> tuple:
-        """(primitive, pointer of the weights in the layout it reads)."""
-        key = (m, row_stride, col_stride, threads)
+    def primitive(self, m: int, strides: tuple, threads: int) -> tuple:
+        """(primitive, pointer of the weights in the layout it reads) for A of ``m`` rows and
+        these byte ``strides``."""
+        key = (m, strides, threads)
         found = self._primitives.get(key)
         if found is None:
+            row, col = (s // 4 for s in strides)
             with self._lock:
                 found = self._primitives.get(key)
                 if found is None:
                     if len(self._primitives) >= MAX_PRIMITIVES:
                         self._primitives.pop(next(iter(self._primitives)))
                     found = self._primitives[key] = self.weights.primitive(
-                        lambda md: self._make(m, row_stride, col_stride, md))
+                        lambda md: self._make(m, row if m > 1 else self.k, col, md))
         return found
 
     def run(self, a2: np.ndarray, y2: np.ndarray) -> None:
@@ -142,18 +144,17 @@ class PackedGemm:
             return
         threads = intra_op_threads()
         api.set_threads(threads)
-        sm, sk = (s // 4 for s in a2.strides)
         try:
-            prim, weights = self.primitive(m, sm if m > 1 else self.k, sk, threads)
+            prim, weights = self.primitive(m, a2.strides, threads)
         except api.OneDNNError as exc:
             if exc.status != api.UNIMPLEMENTED or a2.flags.c_contiguous:
                 raise
             a2 = np.ascontiguousarray(a2)     # a layout of A the kernels do not read (a transposed A)
-            prim, weights = self.primitive(m, self.k, 1, threads)
-        pointers = [a2.ctypes.data, weights, y2.ctypes.data]
-        if self.bias is not None:
-            pointers.append(self.bias.ctypes.data)
-        prim.execute(pointers)
+            prim, weights = self.primitive(m, a2.strides, threads)
+        if self.bias is None:
+            prim.execute((a2, weights, y2))
+        else:
+            prim.execute((a2, weights, y2, self.bias))
 
 
 def _weight(ctx, trans_b: bool) -> Optional[np.ndarray]:
