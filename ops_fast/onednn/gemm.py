@@ -74,10 +74,10 @@ class PackedGemm:
     """A constant weight (K, N) in oneDNN's layout, its bias and epilogue, and the
     primitives made for it per (row count, A's strides, threads).
 
-    A small weight (at most :data:`KEEP_PLAIN_BYTES`) is kept as it is too: a product of
-    fewer than :data:`MIN_WORK` multiply-adds runs numpy's matmul on it (a tiny GEMM costs
-    oneDNN more in dispatch than in arithmetic); a large one is released and every call
-    runs oneDNN.
+    A small weight (at most :data:`KEEP_PLAIN_BYTES`) without an activation numpy would
+    compute in several passes is kept as it is too: a product of fewer than
+    :data:`MIN_WORK` multiply-adds runs numpy's matmul on it (a tiny GEMM costs oneDNN more
+    in dispatch than in arithmetic); a large one is released and every call runs oneDNN.
     """
 
     opaque_to_tracing = True
@@ -90,7 +90,9 @@ class PackedGemm:
         self.k, self.n = int(k), int(n)
         self.post_ops = post_ops
         self.bias = None if bias is None else np.ascontiguousarray(bias, dtype=F32).reshape(n)
-        self.plain = np.ascontiguousarray(weight, dtype=F32) if weight.nbytes <= KEEP_PLAIN_BYTES else None
+        # an activation numpy computes in several passes (Gelu's erf, Sigmoid) keeps oneDNN's one-pass post-op
+        cheap = epilogue is None or epilogue.fn is fusions.EPILOGUES["Relu"][0]
+        self.plain = np.ascontiguousarray(weight, dtype=F32) if weight.nbytes <= KEEP_PLAIN_BYTES and cheap else None
         self.epilogue = epilogue
         self._primitives: dict = {}
         self._lock = threading.Lock()
