@@ -308,7 +308,8 @@ def export_one(name: str, folder: Path, force: bool, previous: dict) -> dict:
         model.eval()   # the exporter restores the modules' modes afterwards: keep dropout off in the check
         exported = now
     else:
-        exported = previous.get("exported") if previous.get("bytes") == path.stat().st_size else None
+        carried = previous.get("exported")
+        exported = carried if isinstance(carried, str) and previous.get("bytes") == path.stat().st_size else None
     result = check(model, spec, entry.kind, path, {"export example": EXAMPLES[entry.kind], **entry.shapes})
     inputs, outputs = onnx_signature(path)
     return {"file": path.name, "kind": entry.kind, "architecture": entry.architecture, "inputs": inputs,
