@@ -1,22 +1,23 @@
-"""What the compiled loops and kernels share: numba's compile flags, the priority over the
-numpy kernels, the checks a kernel makes before it calls a loop, and a window tap's span.
+"""What the compiled kernels share, none of it needing numba: the priority over the numpy
+kernels, the checks a kernel makes before it calls a loop, and :func:`lazy_import`, through
+which each kernel module reaches its loops.
 
-Every loop is ``njit`` with numba's on-disk cache; numba specialises it on dtype, rank and
-layout, never on sizes, so a process compiles each signature once and the on-disk cache
-(``cache=True``) keeps it for the next process. ``error_model="numpy"`` gives IEEE division
-(inf / nan, no ZeroDivisionError check), which is what lets LLVM vectorise a loop with a
-division. No loop raises: the kernels check what the loops assume (contiguity, dtypes, the
-axis) and call the numpy kernel otherwise.
+The loops (:mod:`.loops`) are numba code; a kernel module holds its family's loops module
+as ``loops = lazy_import(".loops.<family>", __package__)`` and calls ``loops.<name>(...)``:
+the loops module, and numba with it, is imported by the first call of one of its loops.
+Building the registry, choosing kernels and tracing their ``prepare`` / ``scratch`` import
+no numba.
 """
 from __future__ import annotations
 
+import importlib.util
+import sys
 import threading
-from types import FunctionType
+import types
 
-import numba
 import numpy as np
-from numba import njit
-from dynashape.threads import intra_op_threads
+
+__all__ = ["PRIORITY", "F32", "F64", "FLOATS", "EMPTY", "contiguous", "lazy_import"]
 
 #: the priority of every compiled kernel (the builtin numpy kernels have 0)
 PRIORITY = 10
@@ -26,84 +27,85 @@ FLOATS = (np.float32, np.float64)
 #: an empty array per float dtype: what a loop gets for an absent optional input (a bias)
 EMPTY = {F32: np.empty(0, F32), F64: np.empty(0, F64)}
 
-JIT = {"cache": True, "error_model": "numpy"}
-#: a max reduction vectorises only without NaN / signed-zero semantics (max is associative,
-#: so the result is the same; a NaN in a row still makes the row NaN through its sum)
-MAX_JIT = dict(JIT, fastmath={"nnan", "nsz"})
-#: a sum reduction vectorises only when it may be reassociated: lanes add in another order,
-#: within a few ulp (numpy's pairwise sum is yet another order)
-SUM_JIT = dict(JIT, fastmath={"reassoc"})
-#: ``a + b * c`` as one fused multiply-add (as onnxruntime's MLAS kernels compute it), the
-#: order of the terms kept
-FMA_JIT = dict(JIT, fastmath={"contract"})
-
 
 def contiguous(*arrays) -> bool:
     """Every array given (None aside) is C-contiguous."""
     return all(a is None or a.flags.c_contiguous for a in arrays)
 
 
-@njit(inline="always", **JIT)
-def tap_span(off, sw, w_, ow_):
-    """For a kernel tap reading input column ``ow * sw + off``: the first output column it
-    reaches, the input column that one reads, and how many columns (0 when none). Both
-    starts come out of ``max(..., 0)``, which lets LLVM prove the indices non-negative and
-    drop numba's negative-index wraparound from the loop (it blocks vectorisation)."""
-    lo = 0 if off >= 0 else (-off + sw - 1) // sw
-    hi = (w_ - 1 - off) // sw + 1 if w_ - 1 - off >= 0 else 0
-    hi = min(hi, ow_)
-    return max(lo, 0), max(lo * sw + off, 0), max(hi - lo, 0)
+# ----------------------------------------------------------------------------------------
+# lazy import
+# ----------------------------------------------------------------------------------------
+# importlib.util.LazyLoader does the same, but before Python 3.13 it is not thread-safe: the
+# first thread switches the module's class back before it runs the module's code, so a
+# second thread reading an attribute meanwhile gets an AttributeError from the half-run
+# module. Here the module runs under a lock of its own, and its class changes after.
+
+#: what the import system set on the module object before its code runs: read without
+#: running it (introspection such as inspect.getmodule, pickle or a repr reads them on every
+#: module in sys.modules; ``__class__`` is what isinstance falls back to)
+_METADATA = frozenset({"__name__", "__spec__", "__loader__", "__package__", "__path__", "__file__",
+                       "__cached__", "__class__"})
 
 
-_PARALLEL_LAUNCH = threading.Lock()
+class _LazyModule(types.ModuleType):
+    """A module whose code has not run yet (see :func:`lazy_import`)."""
+
+    def __getattribute__(self, attr):
+        if attr not in _METADATA:
+            _run(self)
+        return types.ModuleType.__getattribute__(self, attr)
+
+    def __setattr__(self, attr, value):
+        _run(self)
+        types.ModuleType.__setattr__(self, attr, value)
+
+    def __delattr__(self, attr):
+        _run(self)
+        types.ModuleType.__delattr__(self, attr)
 
 
-class ThreadedLoop:
-    """A loop compiled twice: serially, and with ``parallel=True`` (its ``prange`` loops split
-    over numba's threads, compiled on first use). Calling it runs the parallel one where the
-    run lets kernels use more than one thread (``SessionOptions.intra_op_num_threads``,
-    :func:`dynashape.threads.intra_op_threads`; capped at numba's thread pool), the serial
-    one otherwise. ``prange`` in the serial one is a plain ``range``.
-
-    Parallel calls from several Python threads (sessions run from threads) go one at a time:
-    numba's ``workqueue`` threading layer (its fallback where neither OpenMP nor TBB loads)
-    aborts the process on concurrent launches, and each call uses all the threads it asked
-    for anyway."""
-
-    def __init__(self, fn, flags: dict):
-        self.serial = njit(**flags)(fn)
-        self._fn, self._flags, self._parallel = fn, flags, None
-        self.__doc__ = fn.__doc__
-
-    @property
-    def parallel(self):
-        """The ``parallel=True`` variant, compiled from a renamed copy of the function: numba's
-        on-disk cache files compiled versions under the function's qualified name and
-        signature, not its ``parallel`` flag, so the two variants of one function would
-        overwrite each other's entry and a later process's serial call load the parallel code
-        (its OpenMP threads then spin beside the caller)."""
-        if self._parallel is None:
-            fn = self._fn
-            twin = FunctionType(fn.__code__, fn.__globals__, fn.__name__ + "_parallel", fn.__defaults__,
-                                fn.__closure__)
-            twin.__qualname__, twin.__doc__ = fn.__qualname__ + "_parallel", fn.__doc__
-            self._parallel = njit(parallel=True, **self._flags)(twin)
-        return self._parallel
-
-    def run(self, tasks: int, *args):
-        """Call it, serially where its ``prange`` has a single task (a parallel launch would
-        only cost the thread pool's wake-up)."""
-        return self.serial(*args) if tasks <= 1 else self(*args)
-
-    def __call__(self, *args):
-        n = intra_op_threads()
-        if n > 1:
-            with _PARALLEL_LAUNCH:
-                numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
-                return self.parallel(*args)
-        return self.serial(*args)
+def _run(module: types.ModuleType) -> None:
+    """Run a lazy module's code, once: in the thread that gets its lock first; the others
+    wait for it, then find a plain module. The code runs in place (the module object is the
+    one in sys.modules and in its importers' globals), then the object becomes a plain
+    ``types.ModuleType``, so a later attribute read costs what it costs on any module. Reads
+    from the module's own code while it runs (the same thread) see what it defined so far.
+    Where the code raises, the module stays lazy: the next read runs it again (and raises
+    again)."""
+    state = object.__getattribute__(module, "__spec__").loader_state
+    with state["lock"]:
+        if type(module) is not _LazyModule or state["running"]:
+            return
+        state["running"] = True
+        try:
+            state["loader"].exec_module(module)
+            object.__setattr__(module, "__class__", types.ModuleType)
+        finally:
+            state["running"] = False
 
 
-def threaded(flags: dict = JIT):
-    """Decorator: ``@threaded(FMA_JIT)`` makes a :class:`ThreadedLoop` of a loop function."""
-    return lambda fn: ThreadedLoop(fn, flags)
+def lazy_import(name: str, package: str | None = None) -> types.ModuleType:
+    """The module ``name`` (absolute, or relative to ``package`` as for
+    ``importlib.import_module``), its code not run yet: it runs at the first read of one of
+    its attributes (module metadata such as ``__name__`` or ``__file__`` aside), under a lock
+    (threads that read it at once wait for the one that runs it). Its parent package is
+    imported now. Where the module is already in sys.modules, that module.
+
+    Raises:
+        ModuleNotFoundError: no module ``name`` exists (found now, not at the first read).
+    """
+    absolute = importlib.util.resolve_name(name, package)
+    if absolute in sys.modules:
+        return sys.modules[absolute]
+    spec = importlib.util.find_spec(absolute)
+    if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+        raise ModuleNotFoundError(f"no module named {absolute!r} to import lazily", name=absolute)
+    spec.loader_state = {"loader": spec.loader, "lock": threading.RLock(), "running": False}
+    module = importlib.util.module_from_spec(spec)
+    module.__class__ = _LazyModule
+    module = sys.modules.setdefault(absolute, module)
+    parent, _, child = absolute.rpartition(".")
+    if parent and type(module) is _LazyModule:   # (as the import system binds a submodule to its package)
+        setattr(sys.modules[parent], child, module)
+    return module

@@ -1,5 +1,6 @@
 """The compiled kernels: KernelDefs of priority 10 over the builtin numpy ones, one module per
-family of ops (each holds its loops and its KernelDefs).
+family of ops (each holds its KernelDefs; their loops are in :mod:`.loops`, one module per
+family too, imported by the first call of one of them: importing this imports no numba).
 
 Each kernel prepares what its numpy kernel prepares (the same ``prepare`` and ``scratch``,
 so the planned buffers are the same) plus what its loop needs, runs the compiled loop where

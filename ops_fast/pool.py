@@ -1,16 +1,16 @@
-"""The pooling ops as direct compiled loops over the (n, c) planes of a 2-D (N, C, H, W)
-input, in the "taps" order (each output row takes one kernel tap at a time along its width:
-independent lanes, a vectorised inner loop at strides 1 and 2), split over the session's
-threads (:func:`.common.threaded`: ``prange`` over the planes, the parallel variant where
-``SessionOptions.intra_op_num_threads`` > 1).
+"""The pooling ops as direct compiled loops (:mod:`.loops.pool`) over the (n, c) planes of
+a 2-D (N, C, H, W) input, in the "taps" order (each output row takes one kernel tap at a
+time along its width: independent lanes, a vectorised inner loop at strides 1 and 2),
+split over the session's threads (:class:`.loops.common.ThreadedLoop`: ``prange`` over the
+planes, the parallel variant where ``SessionOptions.intra_op_num_threads`` > 1).
 
-* :func:`max_pool2d`: MaxPool without Indices, NaN skipped as onnxruntime skips it;
-* :func:`avg_pool2d`: AveragePool (count_include_pad 0/1, ceil_mode, pads, auto_pad,
+* ``loops.max_pool2d``: MaxPool without Indices, NaN skipped as onnxruntime skips it;
+* ``loops.avg_pool2d``: AveragePool (count_include_pad 0/1, ceil_mode, pads, auto_pad,
   strides and, from opset 19, dilations): each window summed in the kernel's (kh, kw)
   order, as onnxruntime sums it, divided by the numpy kernel's per-position divisor;
-* :func:`lp_pool2d`: LpPool (p = 2 and p = 1 in the loop; any other p sums numpy's
+* ``loops.lp_pool2d``: LpPool (p = 2 and p = 1 in the loop; any other p sums numpy's
   ``|x| ** p`` and takes numpy's root; dilations and ceil_mode from opset 18);
-* :func:`global_avg_pool`, :func:`global_lp_pool`: GlobalAveragePool / GlobalLpPool (any
+* ``loops.global_avg_pool``, ``loops.global_lp_pool``: GlobalAveragePool / GlobalLpPool (any
   rank >= 3), one vectorised pass per (n, c) plane. GlobalMaxPool stays on numpy: its
   SIMD ``max`` reduction was as fast or faster than every compiled variant measured
   (a NaN-propagating running max does not vectorise in numba).
@@ -27,202 +27,19 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import numpy as np
-from numba import njit, prange
 from dynashape.records import OpLibrary
 from dynashape.ops_builtin import nn
 
-from .common import FLOATS, JIT, PRIORITY, SUM_JIT, contiguous, tap_span, threaded
+from .common import FLOATS, PRIORITY, contiguous, lazy_import
 
 lib = OpLibrary()
+#: the loops (:mod:`.loops.pool`), imported by the first call of one
+loops = lazy_import(".loops.pool", __package__)
 
 
 # ----------------------------------------------------------------------------------------
 # windowed pools
 # ----------------------------------------------------------------------------------------
-
-@njit(inline="always", **JIT)
-def _spans(kw_, dw, pw, sw, w_, ow_):
-    """:func:`.common.tap_span` of every kernel column ``kw`` (its first output column, the
-    input column that one reads, the count): three (KW,) int64 arrays made once per call
-    (tap_span's floor divisions, per tap and output row, cost more than the row's adds)."""
-    d0 = np.empty(kw_, np.int64)
-    s0 = np.empty(kw_, np.int64)
-    cnt = np.empty(kw_, np.int64)
-    for kw in range(kw_):
-        d0[kw], s0[kw], cnt[kw] = tap_span(kw * dw - pw, sw, w_, ow_)
-    return d0, s0, cnt
-
-
-# Each tap helper (1-D rows of x's dtype) updates row[d0 + j] from src[s0 + j * sw] for
-# j < cnt. The starts pass through max(..., 0) again (read back from _spans' arrays, LLVM
-# no longer knows them non-negative, and numba's negative-index wraparound blocks
-# vectorisation); strides 1 and 2 have loops of their own (a constant stride vectorises,
-# stride 2 as interleaved loads: 3x3 stride-2 pools ran 2.5x faster than the generic loop).
-
-@njit(inline="always", **JIT)
-def _max_tap(row, src, d0, s0, cnt, sw):
-    """row[d0 + j] = max(row[d0 + j], src[s0 + j * sw]) (a NaN in src skipped)."""
-    d0, s0, cnt = max(d0, 0), max(s0, 0), max(cnt, 0)
-    if sw == 1:
-        for j in range(cnt):
-            v = src[s0 + j]
-            row[d0 + j] = v if v > row[d0 + j] else row[d0 + j]
-    elif sw == 2:
-        for j in range(cnt):
-            v = src[s0 + 2 * j]
-            row[d0 + j] = v if v > row[d0 + j] else row[d0 + j]
-    else:
-        for j in range(cnt):
-            v = src[s0 + j * sw]
-            row[d0 + j] = v if v > row[d0 + j] else row[d0 + j]
-
-
-@njit(inline="always", **JIT)
-def _add_tap(row, src, d0, s0, cnt, sw):
-    """row[d0 + j] += src[s0 + j * sw]."""
-    d0, s0, cnt = max(d0, 0), max(s0, 0), max(cnt, 0)
-    if sw == 1:
-        for j in range(cnt):
-            row[d0 + j] += src[s0 + j]
-    elif sw == 2:
-        for j in range(cnt):
-            row[d0 + j] += src[s0 + 2 * j]
-    else:
-        for j in range(cnt):
-            row[d0 + j] += src[s0 + j * sw]
-
-
-@njit(inline="always", **JIT)
-def _square_tap(row, src, d0, s0, cnt, sw):
-    """row[d0 + j] += src[s0 + j * sw] ** 2."""
-    d0, s0, cnt = max(d0, 0), max(s0, 0), max(cnt, 0)
-    if sw == 1:
-        for j in range(cnt):
-            v = src[s0 + j]
-            row[d0 + j] += v * v
-    elif sw == 2:
-        for j in range(cnt):
-            v = src[s0 + 2 * j]
-            row[d0 + j] += v * v
-    else:
-        for j in range(cnt):
-            v = src[s0 + j * sw]
-            row[d0 + j] += v * v
-
-
-@njit(inline="always", **JIT)
-def _abs_tap(row, src, d0, s0, cnt, sw):
-    """row[d0 + j] += |src[s0 + j * sw]|."""
-    d0, s0, cnt = max(d0, 0), max(s0, 0), max(cnt, 0)
-    if sw == 1:
-        for j in range(cnt):
-            row[d0 + j] += abs(src[s0 + j])
-    elif sw == 2:
-        for j in range(cnt):
-            row[d0 + j] += abs(src[s0 + 2 * j])
-    else:
-        for j in range(cnt):
-            row[d0 + j] += abs(src[s0 + j * sw])
-
-
-@threaded(JIT)
-def max_pool2d(x, y, kh_, kw_, sh, sw, dh, dw, ph, pw):
-    """MaxPool of x (N, C, H, W) into y (N, C, OH, OW), float32 or float64 alike, kernel
-    (kh_, kw_), strides (sh, sw), dilations (dh, dw), begin pads (ph, pw) (the end pads and
-    ceil_mode are in y's shape), in the "taps" order: each output row takes one kernel tap
-    at a time along its width (independent lanes, no chain through a running max); padding
-    never wins. A NaN is skipped, as onnxruntime's pool (``if (x > y) y = x``) skips it
-    (ONNX leaves NaN open); a window with no input position (all padding) gives -inf.
-
-    Source: ONNX operator spec, MaxPool-12/22 (pads, strides, dilations, ceil_mode)."""
-    n_, c_, h_, w_ = x.shape
-    oh_, ow_ = y.shape[2], y.shape[3]
-    d0, s0, cnt = _spans(kw_, dw, pw, sw, w_, ow_)
-    ninf = -np.inf   # (never derived from y's bytes: validation mode poisons them with NaN)
-    for pl in prange(n_ * c_):
-        n = pl // c_
-        c = pl - n * c_
-        for oh in range(oh_):
-            row = y[n, c, oh]
-            for ow in range(ow_):
-                row[ow] = ninf
-            for kh in range(kh_):
-                ih = oh * sh - ph + kh * dh
-                if ih < 0 or ih >= h_:
-                    continue
-                src = x[n, c, ih]
-                for kw in range(kw_):
-                    _max_tap(row, src, d0[kw], s0[kw], cnt[kw], sw)
-
-
-@threaded(JIT)
-def avg_pool2d(x, y, div, kh_, kw_, sh, sw, dh, dw, ph, pw):
-    """AveragePool of x (N, C, H, W) into y (N, C, OH, OW) (float32 or float64, summed in
-    that dtype; geometry as :func:`max_pool2d`): each window's sum in the (kh, kw) order of
-    its taps, as onnxruntime sums it, divided by ``div`` (OH, OW, x's dtype): the number of
-    positions the window counts (pads included with count_include_pad=1; >= 1, so a window
-    with no input position gives 0). NaN and inf propagate.
-
-    Source: ONNX operator spec, AveragePool-19/22 (count_include_pad, ceil_mode, pads,
-    strides, dilations)."""
-    n_, c_, h_, w_ = x.shape
-    oh_, ow_ = y.shape[2], y.shape[3]
-    d0, s0, cnt = _spans(kw_, dw, pw, sw, w_, ow_)
-    zero = x.dtype.type(0)   # (never derived from y's bytes)
-    for pl in prange(n_ * c_):
-        n = pl // c_
-        c = pl - n * c_
-        for oh in range(oh_):
-            row = y[n, c, oh]
-            for ow in range(ow_):
-                row[ow] = zero
-            for kh in range(kh_):
-                ih = oh * sh - ph + kh * dh
-                if ih < 0 or ih >= h_:
-                    continue
-                src = x[n, c, ih]
-                for kw in range(kw_):
-                    _add_tap(row, src, d0[kw], s0[kw], cnt[kw], sw)
-            drow = div[oh]
-            for ow in range(ow_):
-                row[ow] = row[ow] / drow[ow]
-
-
-@threaded(JIT)
-def lp_pool2d(x, y, square, kh_, kw_, sh, sw, dh, dw, ph, pw):
-    """LpPool's window sums of x (N, C, H, W) into y (N, C, OH, OW) (float32 or float64;
-    geometry as :func:`max_pool2d`): ``square`` True: ``sqrt(sum x*x)`` (p = 2); False:
-    ``sum |x|`` (p = 1, and any other p with x = |input| ** p, the root taken after). In
-    the (kh, kw) order of the taps (as onnxruntime sums them), pads counting as 0; NaN
-    propagates.
-
-    Source: ONNX operator spec, LpPool-18/22 (p, pads, strides, dilations, ceil_mode)."""
-    n_, c_, h_, w_ = x.shape
-    oh_, ow_ = y.shape[2], y.shape[3]
-    d0, s0, cnt = _spans(kw_, dw, pw, sw, w_, ow_)
-    zero = x.dtype.type(0)
-    for pl in prange(n_ * c_):
-        n = pl // c_
-        c = pl - n * c_
-        for oh in range(oh_):
-            row = y[n, c, oh]
-            for ow in range(ow_):
-                row[ow] = zero
-            for kh in range(kh_):
-                ih = oh * sh - ph + kh * dh
-                if ih < 0 or ih >= h_:
-                    continue
-                src = x[n, c, ih]
-                for kw in range(kw_):
-                    if square:
-                        _square_tap(row, src, d0[kw], s0[kw], cnt[kw], sw)
-                    else:
-                        _abs_tap(row, src, d0[kw], s0[kw], cnt[kw], sw)
-            if square:
-                for ow in range(ow_):
-                    row[ow] = np.sqrt(row[ow])
-
 
 class _PoolPlan(NamedTuple):
     numpy: object            # the numpy kernel's plan (nn._PoolPlan)
@@ -260,10 +77,10 @@ def _lp_sums(x, y, p: float, loop) -> None:
 
 @lib.kernel("MaxPool", dtypes=FLOATS, priority=PRIORITY, prepare=_pool_prepare(nn._max_pool_prepare, 10))
 def _max_pool(inputs, outputs, p: _PoolPlan):
-    """MaxPool, 2-D without Indices: :func:`max_pool2d`; else the numpy kernel."""
+    """MaxPool, 2-D without Indices: ``loops.max_pool2d``; else the numpy kernel."""
     x, y = inputs[0], outputs[0]
     if _direct(p, x, y):
-        max_pool2d(x, y, *p.direct)
+        loops.max_pool2d(x, y, *p.direct)
         return
     nn._max_pool(inputs, outputs, p.numpy)
 
@@ -271,21 +88,21 @@ def _max_pool(inputs, outputs, p: _PoolPlan):
 @lib.kernel("AveragePool", dtypes=FLOATS, priority=PRIORITY,
             prepare=_pool_prepare(nn._average_pool_prepare, 19))
 def _average_pool(inputs, outputs, p: _PoolPlan):
-    """AveragePool, 2-D: :func:`avg_pool2d` with the numpy plan's divisor; else the numpy kernel."""
+    """AveragePool, 2-D: ``loops.avg_pool2d`` with the numpy plan's divisor; else the numpy kernel."""
     x, y = inputs[0], outputs[0]
     div = p.numpy.divisor
     if _direct(p, x, y) and div.dtype == y.dtype and div.flags.c_contiguous:
-        avg_pool2d(x, y, div, *p.direct)
+        loops.avg_pool2d(x, y, div, *p.direct)
         return
     nn._average_pool(inputs, outputs, p.numpy)
 
 
 @lib.kernel("LpPool", dtypes=FLOATS, priority=PRIORITY, prepare=_pool_prepare(nn._lp_pool_prepare, 18))
 def _lp_pool(inputs, outputs, p: _PoolPlan):
-    """LpPool, 2-D: :func:`lp_pool2d` (see :func:`_lp_sums`); else the numpy kernel."""
+    """LpPool, 2-D: ``loops.lp_pool2d`` (see :func:`_lp_sums`); else the numpy kernel."""
     x, y = inputs[0], outputs[0]
     if _direct(p, x, y):
-        _lp_sums(x, y, p.numpy.p, lambda base, square: lp_pool2d(base, y, square, *p.direct))
+        _lp_sums(x, y, p.numpy.p, lambda base, square: loops.lp_pool2d(base, y, square, *p.direct))
         return
     nn._lp_pool(inputs, outputs, p.numpy)
 
@@ -293,46 +110,6 @@ def _lp_pool(inputs, outputs, p: _PoolPlan):
 # ----------------------------------------------------------------------------------------
 # global pools
 # ----------------------------------------------------------------------------------------
-
-@threaded(SUM_JIT)
-def global_avg_pool(x, y):
-    """GlobalAveragePool of the planes x (P, S) (P = N * C, S > 0 the spatial size; float32
-    or float64) into y (P,): each plane's sum in its dtype (vectorised: the lanes add in
-    another order than numpy's pairwise sum, within a few ulp), divided by S. NaN and inf
-    propagate.
-
-    Source: ONNX operator spec, GlobalAveragePool-22."""
-    p_, s_ = x.shape
-    zero = x.dtype.type(0)
-    for pl in prange(p_):
-        row = x[pl]
-        acc = zero
-        for j in range(s_):
-            acc += row[j]
-        y[pl] = acc / s_
-
-
-@threaded(SUM_JIT)
-def global_lp_pool(x, y, square):
-    """GlobalLpPool's plane sums of x (P, S) (S > 0; float32 or float64) into y (P,):
-    ``square`` True: ``sqrt(sum x*x)`` (p = 2); False: ``sum |x|`` (p = 1, and any other p
-    with x = |input| ** p, the root taken after); in x's dtype, vectorised. NaN propagates.
-
-    Source: ONNX operator spec, GlobalLpPool-22."""
-    p_, s_ = x.shape
-    zero = x.dtype.type(0)
-    for pl in prange(p_):
-        row = x[pl]
-        acc = zero
-        if square:
-            for j in range(s_):
-                acc += row[j] * row[j]
-            y[pl] = np.sqrt(acc)
-        else:
-            for j in range(s_):
-                acc += abs(row[j])
-            y[pl] = acc
-
 
 def _planes(x, y):
     """x (N, C, ...) and y (N, C, 1, ...) as (N * C, S) and (N * C,), or None where the
@@ -344,17 +121,17 @@ def _planes(x, y):
 
 @lib.kernel("GlobalAveragePool", dtypes=FLOATS, priority=PRIORITY, prepare=nn._global_prepare)
 def _global_average_pool(inputs, outputs, prepared):
-    """GlobalAveragePool: :func:`global_avg_pool` over the (n, c) planes; else the numpy kernel."""
+    """GlobalAveragePool: ``loops.global_avg_pool`` over the (n, c) planes; else the numpy kernel."""
     planes = _planes(inputs[0], outputs[0])
     if planes is None:
         nn._global_average_pool(inputs, outputs, prepared)
         return
-    global_avg_pool(*planes)
+    loops.global_avg_pool(*planes)
 
 
 @lib.kernel("GlobalLpPool", dtypes=FLOATS, priority=PRIORITY, prepare=nn._global_prepare)
 def _global_lp_pool(inputs, outputs, prepared):
-    """GlobalLpPool: :func:`global_lp_pool` over the (n, c) planes (see :func:`_lp_sums`);
+    """GlobalLpPool: ``loops.global_lp_pool`` over the (n, c) planes (see :func:`_lp_sums`);
     else the numpy kernel."""
     planes = _planes(inputs[0], outputs[0])
     if planes is None:
@@ -362,4 +139,4 @@ def _global_lp_pool(inputs, outputs, prepared):
         return
     x2, y2 = planes
     n = x2.shape[0]
-    _lp_sums(x2, y2, prepared[2], lambda base, square: global_lp_pool(base.reshape(n, -1), y2, square))
+    _lp_sums(x2, y2, prepared[2], lambda base, square: loops.global_lp_pool(base.reshape(n, -1), y2, square))

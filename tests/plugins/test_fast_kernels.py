@@ -178,7 +178,7 @@ def test_direct_and_per_image_conv(channels, w_shape, attrs, runs, path, activat
     per-image path is as exact as its BLAS: OpenBLAS's SkylakeX kernels sum like MLAS in
     most shapes, not all: (2, 4, 23, 17) differs in 60 of 4692 last bits.)"""
     from dynashape.ops_fast import conv
-    calls = _spy(monkeypatch, conv, path)
+    calls = _spy(monkeypatch, conv.loops, path)
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c" if activation else "y"], **attrs)]
     if activation:
         nodes.append(helper.make_node(activation, ["c"], ["y"]))

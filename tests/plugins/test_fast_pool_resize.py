@@ -586,5 +586,5 @@ def test_threaded_loops_run_their_parallel_variant():
     so.intra_op_num_threads = 2
     x = _x(2, 3, 8, 10)
     got = numba_session(m, so).run(None, {"x": x})[0]
-    assert fast_resize.resize_interp2d._parallel is not None
+    assert fast_resize.loops.resize_interp2d._parallel is not None
     np.testing.assert_array_equal(got, numba_session(m).run(None, {"x": x})[0])

@@ -47,7 +47,7 @@ def loops(monkeypatch):
             return self.loop.run(tasks, *args)
 
     for name in ("lstm_loop", "gru_loop", "rnn_loop"):
-        monkeypatch.setattr(recurrent, name, Counted(getattr(recurrent, name)))
+        monkeypatch.setattr(recurrent.loops, name, Counted(getattr(recurrent.loops, name)))
     numpy_compute = recurrent.rnn._rnn_compute
 
     def counted_numpy(*args, **kwargs):
@@ -144,7 +144,7 @@ def _check(data: bytes, feeds: list, *, rtol=1e-5, atol=1e-6, ref=True, so=None)
 
 def _activation(which: int, x: np.ndarray) -> np.ndarray:
     out = np.empty_like(x)
-    recurrent.apply_activation(x, out, which)
+    recurrent.loops.apply_activation(x, out, which)
     return out
 
 

@@ -1,0 +1,32 @@
+"""The LayerNormalization loop (rows of the trailing axes, onnxruntime's formulation); the
+kernel is :mod:`dynashape.ops_fast.normalization`."""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .common import JIT
+
+
+@njit(**JIT)
+def layer_norm_rows(x, scale, bias, out, n_f, eps, has_bias):
+    """LayerNormalization over rows of x (rows, n) as onnxruntime's CPU kernel computes it
+    (layer_norm_impl.cc): in x's dtype, sum and sum of squares accumulated in order,
+    std = sqrt(E[x^2] - mean^2 + eps), y = (x - mean) / std * scale + bias. ``n_f`` and
+    ``eps`` come in x's dtype."""
+    rows, n = x.shape
+    zero = n_f - n_f
+    for r in range(rows):
+        s = zero
+        ss = zero
+        for j in range(n):
+            v = x[r, j]
+            s += v
+            ss += v * v
+        mean = s / n_f
+        std = np.sqrt(ss / n_f - mean * mean + eps)
+        for j in range(n):
+            v = (x[r, j] - mean) / std * scale[j]
+            if has_bias:
+                v += bias[j]
+            out[r, j] = v
