@@ -14,6 +14,7 @@ from .errors import InvalidAttributeError, UndefinedValueError, UnsupportedOpera
 from .model import Graph, Model, Node, ValueInfo, input_dim_exprs
 from .records import OpDef
 from .registry import Registry
+from .weights import release_view
 
 __all__ = ["PreparedNode", "PreparedGraph", "prepare_graph", "input_dims", "release_unread_constants", "as_graph"]
 
@@ -201,6 +202,7 @@ def release_unread_constants(pg: PreparedGraph, keep: Collection[str] = ()) -> s
     for s in dropped:
         arr = pg.constants.pop(s)
         pg.released[s] = (tuple(arr.shape), arr.dtype)
+        release_view(arr)
     names = {pg.names[s] for s in dropped}
     pg.graph.release(names)
     return names

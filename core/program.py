@@ -36,6 +36,7 @@ from .planner import StepSpec, lifetimes
 from .registry import Registry
 from .symbolic import as_atom, free_symbols, is_nonneg, sym
 from .symbolic_inference import BINDING, FOLDED, PLAN, STEP, SymbolicGraph, infer_symbolic
+from .weights import release_view
 
 __all__ = ["Program", "Segment", "Step", "OutSpec", "NONE", "ARENA", "FRESH", "FBLOCK", "DEEP", "copy_value"]
 
@@ -206,6 +207,7 @@ class Program:
 
     def _make_steps(self) -> None:
         sg, pg = self.sg, self.pg
+        self._readers = self._unpacked_readers()
         t = 0
         for seg in self.segments:
             for idx in seg.nodes:
@@ -234,7 +236,6 @@ class Program:
                     # outer-scope values that are constants here are compiled into the subgraphs
                     seg.binding_inputs.append(pn.inputs + tuple(i for i in pn.implicit if self.template[i] is None))
         self.n_steps = t
-        self._release_prepacked()
 
     def _prepack(self, idx: int, kernel, ctx) -> Any:
         """What ``kernel.prepack`` makes of the node's constant inputs (None when the kernel
@@ -259,40 +260,49 @@ class Program:
         packed = kernel.prepack(ctx)
         if packed is not None:
             self.pg.prepacked[idx] = (kernel, packed)
+            for j in kernel.prepack_inputs:
+                if j < len(slots) and slots[j] >= 0:
+                    self._release_packed_input(slots[j])
         return packed
 
-    def _release_prepacked(self) -> None:
-        """Constants that only prepacked steps read are dropped from the value template and,
-        in the prepared graph, replaced by a stand-in without data (its shape and dtype stay
-        for per-node inference): the packed form replaces them. Not with overridable
-        initializers (an overriding session is built from the model's constants)."""
+    def _unpacked_readers(self) -> dict:
+        """Per constant slot, how many node inputs read it (graph outputs count as readers):
+        a prepacked node's read is taken off when it packs, and the constant goes at 0. None
+        where constants stay (overridable initializers: an overriding session compiles from
+        the model's constants)."""
         pg = self.pg
-        if not pg.prepacked or pg.graph.overridable:
+        if pg.graph.overridable:
+            return {}
+        counts = dict.fromkeys(pg.output_slots, 1)
+        for pn in pg.nodes:
+            for i in pn.all_inputs:
+                if i in pg.constants:
+                    counts[i] = counts.get(i, 0) + 1
+        return counts
+
+    def _release_packed_input(self, slot: int) -> None:
+        """One prepacked read of constant ``slot`` done; at the last read nothing else makes,
+        it leaves the value template, the model graph and the symbolic values (its mapped
+        pages with it), and the prepared graph keeps a stand-in of its shape without data for
+        per-node inference: the packed form replaces it, and the peak stays one copy."""
+        pg = self.pg
+        left = self._readers.get(slot)
+        if left is None:
             return
-        packed_slots = {i for st in self.steps for i, kept in zip(st.node.all_inputs, st.inputs)
-                        if st.prepacked is not None and kept < 0 <= i}
-        packed_slots |= {i for seg in self.segments for st in seg.plan_nodes if st.prepacked is not None
-                         for i, kept in zip(st.node.all_inputs, st.inputs) if kept < 0 <= i}
-        if not packed_slots:
+        self._readers[slot] = left = left - 1
+        value = pg.constants.get(slot)
+        if left > 0 or slot in pg.packed_away or value is None:
             return
-        readers = set(pg.output_slots)
-        steps = {st.index: st for seg in self.segments for st in seg.steps + seg.plan_nodes}
-        for idx, pn in enumerate(pg.nodes):
-            st = steps.get(idx)
-            readers.update(st.inputs if st is not None else pn.all_inputs)
-        for slot in packed_slots - readers:
-            value = pg.constants.get(slot)
-            if slot in pg.packed_away or value is None:
-                continue
-            stand_in = pg.constants[slot] = np.broadcast_to(np.zeros((), value.dtype), value.shape)
-            pg.packed_away.add(slot)
-            pg.graph.release({pg.names[slot]})
-            self.template[slot] = None
-            self.sg.values[slot] = stand_in
-            for idx, pn in enumerate(pg.nodes):   # the symbolic contexts kept for the steps
-                if slot in pn.inputs:
-                    ctx = self.sg.contexts[idx]
-                    ctx.input_values = [stand_in if i == slot else v for i, v in zip(pn.inputs, ctx.input_values)]
+        release_view(value)
+        stand_in = pg.constants[slot] = np.broadcast_to(np.zeros((), value.dtype), value.shape)
+        pg.packed_away.add(slot)
+        pg.graph.release({pg.names[slot]})
+        self.template[slot] = None
+        self.sg.values[slot] = stand_in
+        for idx, pn in enumerate(pg.nodes):   # the symbolic contexts kept for the steps
+            if slot in pn.inputs:
+                ctx = self.sg.contexts[idx]
+                ctx.input_values = [stand_in if i == slot else v for i, v in zip(pn.inputs, ctx.input_values)]
 
     def _scratch_slots(self, idx: int, kernel) -> tuple:
         """Slots for the kernel's scratch buffers (shapes traced symbolically), or ()."""

@@ -278,6 +278,20 @@ def release_pages(buf: Buffer, offset: int, length: int) -> None:
             pass
 
 
+def release_view(arr: np.ndarray) -> None:
+    """Drop the mapped pages wholly under ``arr`` when it is a view of a memory map (a
+    constant a kernel's packed copy replaced: its bytes need not stay resident; they are
+    read from the file again if anything touches them). Nothing for other arrays."""
+    base = arr.base
+    while base is not None and not isinstance(base, memoryview):
+        base = getattr(base, "base", None)
+    buf = getattr(base, "obj", None)
+    if not isinstance(buf, mmap.mmap) or buf.closed or not arr.size:
+        return
+    start = np.frombuffer(buf, np.uint8, count=1).ctypes.data
+    release_pages(buf, arr.ctypes.data - start, arr.nbytes)
+
+
 def array_from_region(buf: Buffer, offset: int, length: int, dtype: np.dtype, dims: tuple,
                       copy: bool = False) -> np.ndarray:
     """The read-only array of ``length`` bytes of little-endian ``dtype`` elements at

@@ -43,7 +43,7 @@ MIN_WEIGHT = 4096
 #: row counts kept per packed weight (each a primitive)
 MAX_PRIMITIVES = 64
 #: a weight up to this size is kept beside its packed copy, for the products too small for oneDNN
-KEEP_PLAIN_BYTES = 1 << 20
+KEEP_PLAIN_BYTES = 256 << 10
 #: the multiply-adds (M * K * N) from which a product runs oneDNN rather than numpy
 MIN_WORK = 1 << 21
 
@@ -177,7 +177,8 @@ def _library_ready() -> bool:
 #: op types around a float node of a QDQ model: there the node keeps the numpy kernel, which
 #: sums as onnxruntime's MLAS does (oneDNN's sums differ in the last bits, and an output on
 #: an exact rounding tie of the next QuantizeLinear would land one quantization step off)
-QDQ_BEFORE, QDQ_AFTER = frozenset({"DequantizeLinear"}), frozenset({"QuantizeLinear"})
+QDQ_BEFORE = frozenset({"DequantizeLinear"})
+QDQ_AFTER = frozenset({"QuantizeLinear", "DynamicQuantizeLinear"})
 
 
 def beside_qdq(ctx) -> bool:
