@@ -11,6 +11,7 @@ x86-64), called through ctypes, the library loaded on first use.
   residual and activation as post-ops;
 * :mod:`.pool`: ``NhwcMaxPool`` / ``NhwcAveragePool``;
 * :mod:`.reorder`: Transpose (float32) as a oneDNN reorder;
+* :mod:`.rowwise`: LayerNormalization, Softmax, the attention core (FusedAttention) and Gelu;
 * :mod:`.layout`: the graph pass that puts regions of convolutions in NHWC.
 
 Each kernel has priority 20 (over the numba loops' 10) and takes only the nodes it
@@ -39,8 +40,8 @@ def enabled() -> bool:
 
 
 def _families() -> tuple:
-    from . import conv, gemm, pool, reorder
-    return gemm, conv, pool, reorder
+    from . import conv, gemm, pool, reorder, rowwise
+    return gemm, conv, pool, reorder, rowwise
 
 
 @hookimpl

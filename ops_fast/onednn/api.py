@@ -121,6 +121,12 @@ _STATUS_FUNCTIONS = {
     "dnnl_pooling_forward_primitive_desc_create": [ctypes.POINTER(_vp), _vp, ctypes.c_int, ctypes.c_int, _vp, _vp,
                                                    Dims, Dims, Dims, Dims, Dims, _vp],
     "dnnl_reorder_primitive_desc_create": [ctypes.POINTER(_vp), _vp, _vp, _vp, _vp, _vp],
+    "dnnl_layer_normalization_forward_primitive_desc_create": [ctypes.POINTER(_vp), _vp, ctypes.c_int, _vp, _vp,
+                                                               _vp, ctypes.c_float, ctypes.c_uint, _vp],
+    "dnnl_softmax_forward_primitive_desc_create": [ctypes.POINTER(_vp), _vp, ctypes.c_int, ctypes.c_int, _vp, _vp,
+                                                   ctypes.c_int, _vp],
+    "dnnl_eltwise_forward_primitive_desc_create": [ctypes.POINTER(_vp), _vp, ctypes.c_int, ctypes.c_int, _vp, _vp,
+                                                   ctypes.c_float, ctypes.c_float, _vp],
 }
 
 

@@ -1,0 +1,271 @@
+"""Row-wise and elementwise ops of transformers as oneDNN primitives: LayerNormalization,
+Softmax, the attention core (FusedAttention) and a standalone Gelu.
+
+Without them a transformer's only compiled kernels besides its GEMMs would be numba loops,
+and loading numba (llvmlite) costs ~100 MB of resident memory, more than the weights of a
+small encoder. Each kernel takes float32 nodes of the layout it covers (``accepts``) and makes
+its primitives per input shape on first use:
+
+* **LayerNormalization** over the trailing axes, one output (Mean / InvStdDev asked for
+  go to the next kernel): oneDNN's layer normalization with scale and shift (statistics in
+  float32 over each row: the mean first, then the centred variance);
+* **Softmax** over the last axis (opset 13+), or over the flattened trailing axes before
+  opset 13: oneDNN's accurate softmax (max subtracted), in place where the output is the
+  input's buffer;
+* **FusedAttention** (``Softmax(Q @ KT * scale + mask) @ V``, the builtin rewrites): a matmul
+  with the scale (an eltwise linear post-op) and the mask (a binary add post-op, broadcast
+  as it broadcasts) into the scores, the softmax in place, a matmul with V; batch dims of
+  Q, KT and V in any strides;
+* **Gelu** (erf and tanh forms, opset 20): one eltwise pass.
+
+A node beside QuantizeLinear / DequantizeLinear / DynamicQuantizeLinear keeps the kernels it
+had (their rounding is the one onnxruntime's kernels have). Source: ONNX LayerNormalization-17,
+Softmax-13, Gelu-20; oneDNN's layer normalization, softmax, matmul and eltwise primitives.
+"""
+from __future__ import annotations
+
+import math
+import threading
+from typing import NamedTuple
+import numpy as np
+from dynashape.ops_builtin import fusions, nn, reduction
+from dynashape.records import OpLibrary
+from dynashape.threads import intra_op_threads
+
+from . import api
+from .gemm import PRIORITY, beside_qdq
+
+lib = OpLibrary()
+
+F32 = np.dtype(np.float32)
+MAX_PRIMITIVES = 32
+#: the fewest elements a oneDNN primitive takes (below, the next kernel's dispatch is cheaper)
+MIN_ELEMENTS = 4096
+ARG_SCALE, ARG_SHIFT = 51, 52
+SOFTMAX_ACCURATE = 196608
+NORMALIZATION_SCALE, NORMALIZATION_SHIFT = 2, 4
+
+
+def _md(a) -> api.MemoryDesc:
+    return api.MemoryDesc.of_array(a.shape, a.strides)
+
+
+class _Primitives:
+    """Primitives of one node per key (shapes, strides, threads), made on first use."""
+
+    opaque_to_tracing = True
+    __slots__ = ("_made", "_lock", "__weakref__")
+
+    def __init__(self):
+        self._made: dict = {}
+        self._lock = threading.Lock()
+
+    def get(self, key, make):
+        prim = self._made.get(key)
+        if prim is None:
+            with self._lock:
+                prim = self._made.get(key)
+                if prim is None:
+                    if len(self._made) >= MAX_PRIMITIVES:
+                        self._made.pop(next(iter(self._made)))
+                    prim = self._made[key] = make()
+        return prim
+
+
+def _f32_and_ready(ctx, i: int = 0) -> bool:
+    return ctx.dtype(i) == F32 and ctx.shape(i) is not None and not beside_qdq(ctx) and api.library() is not None
+
+
+# LayerNormalization -------------------------------------------------------------------
+
+class _NormPlan(NamedTuple):
+    axis: int
+    eps: float
+    fallback: object
+    primitives: _Primitives
+
+
+def _layer_norm_accepts(ctx) -> bool:
+    outputs = [o for o in ctx.node.outputs[1:] if o]
+    return not outputs and _f32_and_ready(ctx) and ctx.dtype(1) == F32
+
+
+def _layer_norm_prepare(ctx) -> _NormPlan:
+    prepared = nn._layer_norm_prepare(ctx)
+    _, axes, eps, _ = prepared
+    return _NormPlan(axes[0] if axes else len(ctx.shape(0)), eps, prepared, _Primitives())
+
+
+@lib.kernel("LayerNormalization", since_version=17, dtypes=[np.float32], priority=PRIORITY,
+            accepts=_layer_norm_accepts, prepare=_layer_norm_prepare)
+def _layer_norm(inputs, outputs, p: _NormPlan):
+    x, y = inputs[0], outputs[0]
+    inner = math.prod(x.shape[p.axis:])
+    scale = inputs[1]
+    bias = inputs[2] if len(inputs) > 2 else None
+    if (x.size < MIN_ELEMENTS or not inner or not x.flags.c_contiguous or not y.flags.c_contiguous
+            or scale.size != inner or (bias is not None and bias.size != inner)):
+        nn._layer_norm(inputs, outputs, p.fallback)
+        return
+    rows = x.size // inner
+    threads = intra_op_threads()
+    api.set_threads(threads)
+    scale = np.ascontiguousarray(scale, F32).reshape(inner)
+    shift = np.zeros(inner, F32) if bias is None else np.ascontiguousarray(bias, F32).reshape(inner)
+
+    def make():
+        data = api.MemoryDesc((rows, inner), strides=(inner, 1))
+        vector = api.MemoryDesc((inner,), strides=(1,))
+        return api.make_primitive("dnnl_layer_normalization_forward_primitive_desc_create",
+                                  (api.ARG_SRC, api.ARG_DST, ARG_SCALE, ARG_SHIFT), (data, data, vector, vector),
+                                  api.FORWARD_INFERENCE, data.handle, data.handle, None, p.eps,
+                                  NORMALIZATION_SCALE | NORMALIZATION_SHIFT, None)
+    p.primitives.get((rows, inner, threads), make).execute((x, y, scale, shift))
+
+
+# Softmax -----------------------------------------------------------------------------
+
+def _softmax_accepts(ctx) -> bool:
+    return _f32_and_ready(ctx)
+
+
+def _softmax_run(x: np.ndarray, y: np.ndarray, rows: int, n: int, primitives: _Primitives) -> None:
+    threads = intra_op_threads()
+    api.set_threads(threads)
+
+    def make():
+        data = api.MemoryDesc((rows, n), strides=(n, 1))
+        return api.make_primitive("dnnl_softmax_forward_primitive_desc_create", (api.ARG_SRC, api.ARG_DST),
+                                  (data, data), api.FORWARD_INFERENCE, SOFTMAX_ACCURATE, data.handle, data.handle,
+                                  1, None)
+    primitives.get((rows, n, threads), make).execute((x, y))
+
+
+class _SoftmaxPlan(NamedTuple):
+    """The numpy kernel's plan (rebuilt per signature where it holds symbolic dims) and the
+    primitives, shared by every signature."""
+
+    fallback: object
+    primitives: _Primitives
+
+
+@lib.kernel("Softmax", dtypes=[np.float32], priority=PRIORITY, accepts=_softmax_accepts, may_inplace=((0, 0),),
+            prepare=lambda ctx: _SoftmaxPlan(reduction._softmax_prepare(ctx), _Primitives()))
+def _softmax(inputs, outputs, p: _SoftmaxPlan):
+    x, y = inputs[0], outputs[0]
+    plan = p.fallback
+    if plan.shape2 is not None:   # before opset 13: over the flattened trailing axes
+        rows, n = plan.shape2
+    elif plan.axis == x.ndim - 1 and x.ndim:
+        n = x.shape[-1]
+        rows = x.size // n if n else 0
+    else:
+        rows = n = 0
+    if (plan.work is not None or x.size < MIN_ELEMENTS or not n or not x.flags.c_contiguous
+            or not y.flags.c_contiguous):
+        reduction._run_softmax(reduction._softmax_body, inputs, outputs, plan)
+        return
+    _softmax_run(x, y, rows, n, p.primitives)
+
+
+# FusedAttention ----------------------------------------------------------------------
+
+class _AttentionPrims:
+    """The three primitives of one attention shape: scores, softmax, output."""
+
+    __slots__ = ("scores", "softmax", "output", "scores_shape")
+
+    def __init__(self, q, kt, v, mask, scores: np.ndarray, out: np.ndarray, scale: float):
+        self.scores_shape = scores.shape
+        smd = _md(scores)
+        posts = [("eltwise", "linear", scale, 0.0)] if scale != 1.0 else []
+        if mask is not None:
+            posts.append(("binary", "add", _md(mask)))
+        attr = api.post_ops_attr(posts)
+        args = [api.ARG_SRC, api.ARG_WEIGHTS, api.ARG_DST] + [a for a, _ in attr.binary_mds]
+        mds = [_md(q), _md(kt), smd] + [m for _, m in attr.binary_mds]
+        self.scores = api.make_primitive("dnnl_matmul_primitive_desc_create", args, mds, mds[0].handle,
+                                         mds[1].handle, None, smd.handle, attr.handle)
+        rows, n = scores.size // scores.shape[-1], scores.shape[-1]
+        flat = api.MemoryDesc((rows, n), strides=(n, 1))
+        self.softmax = api.make_primitive("dnnl_softmax_forward_primitive_desc_create", (api.ARG_SRC, api.ARG_DST),
+                                          (flat, flat), api.FORWARD_INFERENCE, SOFTMAX_ACCURATE, flat.handle,
+                                          flat.handle, 1, None)
+        omd, vmd = _md(out), _md(v)
+        self.output = api.make_primitive("dnnl_matmul_primitive_desc_create", (api.ARG_SRC, api.ARG_WEIGHTS,
+                                         api.ARG_DST), (smd, vmd, omd), smd.handle, vmd.handle, None, omd.handle,
+                                         None)
+
+
+class _AttentionPlan(NamedTuple):
+    """The numpy kernel's plan (its scores shape symbolic: rebuilt per signature), the scale
+    the scores are multiplied by, and the primitives, shared by every signature."""
+
+    plan: object
+    scale: float
+    primitives: _Primitives
+
+
+def _attention_prepare(ctx) -> _AttentionPlan:
+    plan = fusions._fused_attention_prepare(ctx)
+    return _AttentionPlan(plan, 1.0 / plan.scale if plan.divide else plan.scale, _Primitives())
+
+
+def _attention_accepts(ctx) -> bool:
+    shapes = [ctx.shape(i) for i in range(min(ctx.num_inputs, 4)) if ctx.has_input(i)]
+    return (all(s is not None and 2 <= len(s) <= 6 for s in shapes) and len({len(s) for s in shapes}) == 1
+            and all(ctx.dtype(i) == F32 for i in range(len(shapes))) and _f32_and_ready(ctx))
+
+
+@lib.kernel("FusedAttention", domain=fusions.DOMAIN, dtypes=[np.float32], priority=PRIORITY,
+            accepts=_attention_accepts, prepare=_attention_prepare,
+            scratch=fusions._attention_scores_scratch)
+def _fused_attention(inputs, outputs, p: _AttentionPlan):
+    q, kt, v = inputs[0], inputs[1], inputs[2]
+    mask = inputs[3] if len(inputs) > 3 else None
+    out = outputs[0]
+    size = math.prod(p.plan.scores)
+    if size < MIN_ELEMENTS or out.size == 0 or not out.flags.c_contiguous or any(
+            a.ndim != out.ndim for a in (q, kt, v) + (() if mask is None else (mask,))):
+        fusions._fused_attention(inputs, [out] + list(outputs[1:]), p.plan)
+        return
+    scores = nn._scratch(outputs, 1, size, F32).reshape(p.plan.scores)
+    threads = intra_op_threads()
+    api.set_threads(threads)
+    key = (q.shape, q.strides, kt.shape, kt.strides, v.shape, v.strides, None if mask is None else
+           (mask.shape, mask.strides), threads)
+    try:
+        prims = p.primitives.get(key, lambda: _AttentionPrims(q, kt, v, mask, scores, out, p.scale))
+    except api.OneDNNError:   # shapes oneDNN's matmul does not broadcast: the numpy kernel
+        fusions._fused_attention(inputs, [out] + list(outputs[1:]), p.plan)
+        return
+    prims.scores.execute((q, kt, scores) if mask is None else (q, kt, scores, mask))
+    prims.softmax.execute((scores, scores))
+    prims.output.execute((scores, v, out))
+
+
+# Gelu --------------------------------------------------------------------------------
+
+class _EltwisePlan(NamedTuple):
+    algorithm: str
+    primitives: _Primitives
+
+
+@lib.kernel("Gelu", since_version=20, dtypes=[np.float32], priority=PRIORITY, accepts=_softmax_accepts,
+            may_inplace=((0, 0),), prepare=lambda ctx: _EltwisePlan(
+                "gelu_tanh" if ctx.attr("approximate", "none") == "tanh" else "gelu_erf", _Primitives()))
+def _gelu(inputs, outputs, p: _EltwisePlan):
+    x, y = inputs[0], outputs[0]
+    if x.size < MIN_ELEMENTS or not x.flags.c_contiguous or not y.flags.c_contiguous:
+        fusions.EPILOGUES["GeluTanh" if p.algorithm == "gelu_tanh" else "Gelu"][0]([x], y, p.algorithm == "gelu_tanh")
+        return
+    threads = intra_op_threads()
+    api.set_threads(threads)
+
+    def make():
+        data = api.MemoryDesc((x.size,), strides=(1,))
+        return api.make_primitive("dnnl_eltwise_forward_primitive_desc_create", (api.ARG_SRC, api.ARG_DST),
+                                  (data, data), api.FORWARD_INFERENCE, api.ELTWISE[p.algorithm], data.handle,
+                                  data.handle, 0.0, 0.0, None)
+    p.primitives.get((x.size, threads), make).execute((x, y))
+
