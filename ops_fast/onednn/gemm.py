@@ -132,8 +132,10 @@ class PackedGemm:
                         lambda md: self._make(m, row if m > 1 else self.k, col, md))
         return found
 
-    def run(self, a2: np.ndarray, y2: np.ndarray) -> None:
-        """``y2 (M, N) = epilogue(a2 (M, K) @ W + bias)``; y2 C-contiguous, a2 any strides."""
+    def run(self, a2: np.ndarray, y2: np.ndarray, a=None, y=None) -> None:
+        """``y2 (M, N) = epilogue(a2 (M, K) @ W + bias)``; y2 C-contiguous, a2 any strides.
+        ``a`` / ``y``: the arrays a2 / y2 are views of with the same data pointer (the planned
+        buffers, the same objects run after run: their pointers are looked up once)."""
         m = a2.shape[0]
         if m == 0:
             return
@@ -151,12 +153,13 @@ class PackedGemm:
         except api.OneDNNError as exc:
             if exc.status != api.UNIMPLEMENTED or a2.flags.c_contiguous:
                 raise
-            a2 = np.ascontiguousarray(a2)     # a layout of A the kernels do not read (a transposed A)
+            a2 = a = np.ascontiguousarray(a2)     # a layout of A the kernels do not read (a transposed A)
             prim, weights = self.primitive(m, a2.strides, threads)
+        a, y = (a2 if a is None else a), (y2 if y is None else y)
         if self.bias is None:
-            prim.execute((a2, weights, y2))
+            prim.execute((a, weights, y))
         else:
-            prim.execute((a2, weights, y2, self.bias))
+            prim.execute((a, weights, y, self.bias))
 
 
 def _weight(ctx, trans_b: bool) -> Optional[np.ndarray]:
@@ -217,9 +220,10 @@ def _matmul(inputs, outputs, packed: PackedGemm):
 def _run_rows(a: np.ndarray, y: np.ndarray, packed: PackedGemm) -> None:
     """A (..., K) times the packed weight into y (..., N) as one GEMM over the leading dims."""
     k, n = packed.k, packed.n
-    a2 = a.reshape(-1, k) if a.flags.c_contiguous else np.ascontiguousarray(a).reshape(-1, k)
+    if not a.flags.c_contiguous:
+        a = np.ascontiguousarray(a)
     if y.flags.c_contiguous:
-        packed.run(a2, y.reshape(-1, n))
+        packed.run(a.reshape(-1, k), y.reshape(-1, n), a, y)
     else:
         tmp = np.empty((a2.shape[0], n), F32)
         packed.run(a2, tmp)
@@ -262,7 +266,7 @@ def _gemm_prepack(ctx) -> PackedGemm:
 def _gemm(inputs, outputs, prepared):
     packed, trans_a = prepared
     a = inputs[0]
-    packed.run(a.T if trans_a else a, outputs[0])
+    packed.run(a.T if trans_a else a, outputs[0], a)
 
 
 # FusedMatMul (dynashape domain: MatMul + bias + activation, the builtin rewrites) -----

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import threading
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 import numpy as np
 from dynashape.ops_builtin import fusions, nn, reduction
 from dynashape.records import OpLibrary
@@ -83,6 +83,8 @@ class _NormPlan(NamedTuple):
     eps: float
     fallback: object
     primitives: _Primitives
+    scale: Optional[np.ndarray]   # the constant scale and shift as the primitive reads them (None: per call)
+    shift: Optional[np.ndarray]
 
 
 def _layer_norm_accepts(ctx) -> bool:
@@ -93,7 +95,13 @@ def _layer_norm_accepts(ctx) -> bool:
 def _layer_norm_prepare(ctx) -> _NormPlan:
     prepared = nn._layer_norm_prepare(ctx)
     _, axes, eps, _ = prepared
-    return _NormPlan(axes[0] if axes else len(ctx.shape(0)), eps, prepared, _Primitives())
+    scale, shift = ctx.value(1), (ctx.value(2) if ctx.has_input(2) else None)
+    if scale is not None and (shift is not None or not ctx.has_input(2)):
+        scale = np.ascontiguousarray(scale, F32).reshape(-1)
+        shift = np.zeros_like(scale) if shift is None else np.ascontiguousarray(shift, F32).reshape(-1)
+    else:
+        scale = shift = None
+    return _NormPlan(axes[0] if axes else len(ctx.shape(0)), eps, prepared, _Primitives(), scale, shift)
 
 
 @lib.kernel("LayerNormalization", since_version=17, dtypes=[np.float32], priority=PRIORITY,
@@ -103,15 +111,18 @@ def _layer_norm(inputs, outputs, p: _NormPlan):
     inner = math.prod(x.shape[p.axis:])
     scale = inputs[1]
     bias = inputs[2] if len(inputs) > 2 else None
-    if (x.size < MIN_ELEMENTS or not inner or not x.flags.c_contiguous or not y.flags.c_contiguous
+    if (not x.size or not inner or not x.flags.c_contiguous or not y.flags.c_contiguous
             or scale.size != inner or (bias is not None and bias.size != inner)):
         nn._layer_norm(inputs, outputs, p.fallback)
         return
     rows = x.size // inner
     threads = intra_op_threads()
     api.set_threads(threads)
-    scale = np.ascontiguousarray(scale, F32).reshape(inner)
-    shift = np.zeros(inner, F32) if bias is None else np.ascontiguousarray(bias, F32).reshape(inner)
+    if p.scale is not None:
+        scale, shift = p.scale, p.shift
+    else:
+        scale = np.ascontiguousarray(scale, F32).reshape(inner)
+        shift = np.zeros(inner, F32) if bias is None else np.ascontiguousarray(bias, F32).reshape(inner)
 
     def make():
         data = api.MemoryDesc((rows, inner), strides=(inner, 1))
