@@ -294,6 +294,7 @@ def test_two_intra_op_threads_give_the_same_results(monkeypatch):
 
 def test_rows_per_job(monkeypatch):
     from dynashape import threads
+    monkeypatch.setattr(threads._run, "threads", 1, raising=False)
     assert ct._rows_per_job(1, 50) == 50                       # serial: a plane per job
     monkeypatch.setattr(threads._run, "threads", 2, raising=False)
     assert ct._rows_per_job(1, 50) == 7                        # 8 jobs of up to 7 rows
