@@ -402,3 +402,102 @@ def test_a_models_own_permutes_cancel_against_the_region():
     sess = _check(m, feeds, ops={"NhwcConv"}, rtol=1e-4, atol=1e-5)
     op_types = [st.node.node.op_type for st in sess.program.steps]
     assert op_types.count("Transpose") == 2, op_types
+
+
+# LayerNormalization, Softmax, attention, Gelu -------------------------------------------
+
+@THREADS
+@pytest.mark.parametrize("axis,shape,bias", [(-1, ["a", "b", 96], True), (-1, ["a", 768], False),
+                                             (1, ["a", 8, 12], True)])
+def test_layer_normalization(axis, shape, bias, threads):
+    inner = (96,) if shape[-1] == 96 else (768,) if shape[-1] == 768 else (8, 12)
+    inits = [("g", RNG.uniform(0.5, 1.5, inner).astype(np.float32))] + ([("b", _rand(*inner))] if bias else [])
+    node = helper.make_node("LayerNormalization", ["x", "g"] + (["b"] if bias else []), ["y"], axis=axis)
+    m = _model([node], [("x", shape)], inits)
+    dims = {"a": (1, 3, 0, 2), "b": (1, 7, 5, 4)}
+    feeds = [{"x": _rand(*[dims[d][k] if isinstance(d, str) else d for d in shape], scale=3.0) + 1}
+             for k in range(4)]
+    _check(m, feeds, ops={"LayerNormalization"}, threads=threads, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("opset,axis", [(13, -1), (11, 1), (13, 1)])
+def test_softmax(opset, axis):
+    m = _model([helper.make_node("Softmax", ["x"], ["y"], axis=axis)], [("x", ["a", 64, "b"])], opset=opset)
+    feeds = [{"x": _rand(a, 64, b, scale=4.0)} for a, b in ((2, 100), (1, 1), (3, 70))]
+    _check(m, feeds, ops={"Softmax"}, rtol=1e-5, atol=1e-6)   # another axis: the numpy body inside
+
+
+@THREADS
+@pytest.mark.parametrize("mask,divide", [(None, 0), ("full", 1), ("broadcast", 0)])
+def test_the_attention_core_runs_matmul_softmax_matmul(mask, divide, threads):
+    """MatMul(Softmax(MatMul(Q, KT) / scale + mask), V) fused (the builtin rewrite) and run as
+    two matmuls with the scale and mask as post-ops and a softmax between them."""
+    nodes = [helper.make_node("MatMul", ["q", "kt"], ["s"]),
+             helper.make_node("Div" if divide else "Mul", ["s", "scale"], ["ss"])]
+    last = "ss"
+    inputs = [("q", ["b", 4, "t", 32]), ("kt", ["b", 4, 32, "t"]), ("v", ["b", 4, "t", 32])]
+    if mask:
+        nodes.append(helper.make_node("Add", ["ss", "mask"], ["sm"]))
+        last = "sm"
+        inputs.append(("mask", ["b", 4, "t", "t"] if mask == "full" else ["b", 1, 1, "t"]))
+    nodes += [helper.make_node("Softmax", [last], ["p"], axis=-1), helper.make_node("MatMul", ["p", "v"], ["y"])]
+    m = _model(nodes, inputs, [("scale", np.array(8.0 if divide else 0.125))])
+    feeds = []
+    for b, t in ((2, 40), (1, 65), (3, 33)):
+        f = {"q": _rand(b, 4, t, 32), "kt": _rand(b, 4, 32, t), "v": _rand(b, 4, t, 32)}
+        if mask:
+            shape = (b, 4, t, t) if mask == "full" else (b, 1, 1, t)
+            f["mask"] = np.where(RNG.random(shape) < 0.2, -1e4, 0.0).astype(np.float32)
+        feeds.append(f)
+    _check(m, feeds, ops={"FusedAttention"}, threads=threads, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu(approximate):
+    m = _model([helper.make_node("Gelu", ["x"], ["y"], approximate=approximate)], [("x", ["a", 100])], opset=20)
+    _check(m, [{"x": _rand(a, 100, scale=3.0)} for a in (50, 1, 70)], ops=set(), rtol=1e-5, atol=1e-6)
+
+
+def test_layer_normalization_before_a_dynamic_quantize_keeps_its_kernel():
+    nodes = [helper.make_node("LayerNormalization", ["x", "g"], ["n"], axis=-1),
+             helper.make_node("DynamicQuantizeLinear", ["n"], ["q", "s", "z"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, ["a", 64])],
+                          [helper.make_tensor_value_info("q", TensorProto.UINT8, None)],
+                          [numpy_helper.from_array(np.ones(64, np.float32), "g")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    sess = dynashape.InferenceSession(m.SerializeToString())
+    assert all(st.kernel.plugin != "onednn" for st in sess.program.steps)
+
+
+_TRANSFORMER_WITHOUT_NUMBA = """
+import json, sys
+import numpy as np
+import dynashape
+sess = dynashape.InferenceSession(open(sys.argv[1], "rb").read())
+sess.run(None, {"x": np.ones((2, 16, 64), np.float32)})
+print(json.dumps({"numba": "numba" in sys.modules, "llvmlite": "llvmlite" in sys.modules,
+                  "fast": sorted({st.node.node.op_type for st in sess.program.steps if st.kernel.plugin == "fast"})}))
+"""
+
+
+def test_a_transformer_block_runs_without_loading_numba(tmp_path):
+    """The GEMMs, LayerNormalization and the attention core take oneDNN kernels: numba (and
+    llvmlite's ~100 MB) is never loaded."""
+    import json
+    import subprocess
+    import sys
+    h = 64
+    nodes = [helper.make_node("LayerNormalization", ["x", "g"], ["n"], axis=-1),
+             helper.make_node("MatMul", ["n", "wq"], ["q0"]), helper.make_node("MatMul", ["n", "wk"], ["k0"]),
+             helper.make_node("MatMul", ["n", "wv"], ["v"]),
+             helper.make_node("Transpose", ["k0"], ["kt"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["q0", "kt"], ["s"]), helper.make_node("Mul", ["s", "c"], ["ss"]),
+             helper.make_node("Softmax", ["ss"], ["p"], axis=-1), helper.make_node("MatMul", ["p", "v"], ["a"]),
+             helper.make_node("MatMul", ["a", "wo"], ["o"]), helper.make_node("Add", ["o", "x"], ["y"])]
+    inits = [("g", np.ones(h)), ("c", np.array(0.125))] + [(f"w{k}", _rand(h, h)) for k in "qkvo"]
+    path = tmp_path / "block.onnx"
+    path.write_bytes(_model(nodes, [("x", ["b", "s", h])], inits).SerializeToString())
+    out = subprocess.run([sys.executable, "-c", _TRANSFORMER_WITHOUT_NUMBA, str(path)], capture_output=True,
+                         text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"numba": False, "llvmlite": False, "fast": []}
