@@ -39,8 +39,9 @@ lib = OpLibrary()
 
 F32 = np.dtype(np.float32)
 MAX_PRIMITIVES = 32
-#: the fewest elements a oneDNN primitive takes (below, the next kernel's dispatch is cheaper)
-MIN_ELEMENTS = 4096
+#: the fewest elements the Softmax / Gelu primitives take (below, numpy's few passes cost less than
+#: a primitive's dispatch; LayerNormalization and attention, several numpy passes each, always run oneDNN)
+MIN_ELEMENTS = 1024
 ARG_SCALE, ARG_SHIFT = 51, 52
 SOFTMAX_ACCURATE = 196608
 NORMALIZATION_SCALE, NORMALIZATION_SHIFT = 2, 4
@@ -236,7 +237,7 @@ def _fused_attention(inputs, outputs, p: _AttentionPlan):
     mask = inputs[3] if len(inputs) > 3 else None
     out = outputs[0]
     size = math.prod(p.plan.scores)
-    if size < MIN_ELEMENTS or out.size == 0 or not out.flags.c_contiguous or any(
+    if size == 0 or out.size == 0 or not out.flags.c_contiguous or any(
             a.ndim != out.ndim for a in (q, kt, v) + (() if mask is None else (mask,))):
         fusions._fused_attention(inputs, [out] + list(outputs[1:]), p.plan)
         return
