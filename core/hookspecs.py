@@ -26,12 +26,12 @@ plugins are registered never decides anything.
 """
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Union
 
 import pluggy
 
 from .records import KernelDef, OpDef
-from .rewrite import RewriteDef
+from .rewrite import GraphPass, RewriteDef
 
 PROJECT = "dynashape"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -58,14 +58,17 @@ def dynashape_register_kernels() -> Iterable[KernelDef]:
     Called once when the registry is built. For a node, the kernel is chosen among
     those with the node's ``(domain, op_type)``, whose opset range contains the model's
     opset for that domain and whose ``dtypes`` accept the node's input dtype: the
-    highest ``priority`` wins. Two kernels of equal priority that overlap in opset range
+    highest ``priority`` wins, unless its ``accepts(ctx)`` declines the node (then the next
+    one by priority is asked). Two kernels of equal priority that overlap in opset range
     and dtypes are an error at build time naming both plugins, so a plugin that wants to
-    replace a builtin kernel declares a higher priority.
+    replace a builtin kernel declares a higher priority. A kernel with ``prepack`` gets its
+    constant inputs transformed once per node when a program is compiled
+    (:class:`~dynashape.records.KernelDef`).
     """
 
 
 @hookspec
-def dynashape_register_rewrites() -> Iterable[RewriteDef]:
+def dynashape_register_rewrites() -> Iterable[Union[RewriteDef, GraphPass]]:
     """Return the graph rewrites this plugin provides (:mod:`dynashape.rewrite`).
 
     Called once when the registry is built. A :class:`~dynashape.rewrite.RewriteDef` is a
@@ -82,4 +85,9 @@ def dynashape_register_rewrites() -> Iterable[RewriteDef]:
     and attributes (``m.shape``, ``m.dtype``, ``m.same_dim``) and returns None otherwise.
     Two rewrites with the same name are an error naming both plugins. Sessions created with
     ``optimize=False`` (or ``graph_optimization_level = ORT_DISABLE_ALL``) run none.
+
+    A :class:`~dynashape.rewrite.GraphPass` is a rewrite of the whole graph (``run(view)``
+    returns the new node list): for what no local pattern says, such as a layout assigned to
+    a region of nodes (the oneDNN plugin's ``channels_last``). It shares the name space and
+    the order with the pattern rewrites.
     """

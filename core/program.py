@@ -266,8 +266,8 @@ class Program:
         return packed
 
     def _unpacked_readers(self) -> dict:
-        """Per constant slot, how many node inputs read it (graph outputs count as readers):
-        a prepacked node's read is taken off when it packs, and the constant goes at 0. None
+        """Per constant slot, how many node inputs read it (a graph output counts as one): a
+        prepacked node's read is taken off when it packs, and the constant goes at 0. Empty
         where constants stay (overridable initializers: an overriding session compiles from
         the model's constants)."""
         pg = self.pg
