@@ -122,13 +122,19 @@ class Graph:
     overridable: list[ValueInfo] = field(default_factory=list)
     #: initializers whose data was released: name -> (shape, dtype)
     released: dict[str, tuple[tuple[int, ...], np.dtype]] = field(default_factory=dict)
+    #: the graph this one was rewritten from (its initializers are released with ours)
+    origin: Optional["Graph"] = field(default=None, repr=False)
 
     def release(self, names: Iterable[str]) -> None:
-        """Drop these initializers' arrays, keeping their shapes and dtypes in ``released``."""
-        for name in list(names):
+        """Drop these initializers' arrays, keeping their shapes and dtypes in ``released``
+        (in the graph this one was rewritten from too)."""
+        names = list(names)
+        for name in names:
             arr = self.initializers.pop(name, None)
             if arr is not None:
                 self.released[name] = (tuple(arr.shape), arr.dtype)
+        if self.origin is not None:
+            self.origin.release(names)
 
     def outer_names(self) -> set[str]:
         """Names this graph reads but does not define (outer-scope values of a subgraph)."""

@@ -57,7 +57,7 @@ def optimize_graph(pg: PreparedGraph, registry: Registry, dims: Mapping[int, Any
     if not report.fired:
         return pg, report
     g = pg.graph
-    rewritten = Graph(g.name, nodes, g.inputs, g.outputs, constants, g.value_info, g.overridable)
+    rewritten = Graph(g.name, nodes, g.inputs, g.outputs, constants, g.value_info, g.overridable, origin=g)
     new_pg = reprepare(rewritten) if reprepare is not None else prepare_graph(rewritten, registry, pg.opsets)
     if fold:
         fold_constants(new_pg, registry)
