@@ -54,6 +54,7 @@ def optimize_graph(pg: PreparedGraph, registry: Registry, dims: Mapping[int, Any
     constants = {pg.names[s]: v for s, v in pg.constants.items()}
     nodes, constants, report = apply_rewrites(pg.graph, [pn.node for pn in pg.nodes], constants, rewrites,
                                               shape_info, pg.opsets)
+    sg = None   # its contexts hold every constant: gone now, not when the cyclic GC gets to it
     if not report.fired:
         return pg, report
     g = pg.graph

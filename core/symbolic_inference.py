@@ -119,10 +119,11 @@ def infer_symbolic(pg: PreparedGraph, registry: Registry, input_dims: dict, inpu
                 taken.add(name)
                 sg.input_symbols.setdefault(name, (s, axis))
     names = _fresh_names(taken)
+    fresh = sg.fresh_symbols   # (not sg: the contexts keep new_dim, and sg keeps the contexts)
 
     def new_dim() -> Expr:
         name = next(names)
-        sg.fresh_symbols.add(name)
+        fresh.add(name)
         return sym(name)
 
     known = sg.known_by_signature
