@@ -28,7 +28,8 @@ from .errors import ExternalDataError, ModelLoadError, NestingLimitError
 from .external_data import Region, load_external_data
 from .symbolic import Dim, sym
 from .validate import validate_model
-from .weights import LITTLE_ENDIAN, Buffer, WireFormatError, array_from_region, map_file, plain_dtype, scan_model
+from .weights import (LITTLE_ENDIAN, Buffer, WireFormatError, array_from_region, map_file, plain_dtype,
+                      release_pages, scan_model)
 
 __all__ = ["DimSpec", "ValueInfo", "Node", "Graph", "Model", "load_model", "FIXED", "SYMBOLIC", "UNKNOWN"]
 
@@ -474,6 +475,10 @@ def _initializer_arrays(inits, source: Optional[_Source], originals, external: d
             2 * sum(arrays[k].nbytes for k in viewed) < len(source.buf):
         for k in viewed:        # views would keep a buffer mostly of copied or unused bytes alive
             arrays[k] = arrays[k].copy()
+    # every page of the maps the scan and the copies touched leaves memory; a view's pages come
+    # back from the page cache when a kernel reads them (a weight a packed copy replaces: never)
+    for buf in list(files.values()) + ([source.buf] if source is not None else []):
+        release_pages(buf, 0, len(buf))
     return arrays
 
 

@@ -292,12 +292,18 @@ def release_view(arr: np.ndarray) -> None:
     release_pages(buf, arr.ctypes.data - start, arr.nbytes)
 
 
+#: tensors below this size are copied out of a mapped file rather than viewed
+VIEW_MIN_BYTES = 1 << 20
+
+
 def array_from_region(buf: Buffer, offset: int, length: int, dtype: np.dtype, dims: tuple,
                       copy: bool = False) -> np.ndarray:
     """The read-only array of ``length`` bytes of little-endian ``dtype`` elements at
     ``offset`` of ``buf``, reshaped to ``dims``: a view of ``buf`` where the data is aligned
-    for ``dtype`` and ``copy`` is False, else an aligned copy (then the mapped pages it
-    covered are released, :func:`release_pages`).
+    for ``dtype``, ``copy`` is False and the tensor is at least :data:`VIEW_MIN_BYTES` (a
+    small tensor is copied: a read of a view maps the page-cache folio around it, up to 2 MB
+    where the file system caches in huge pages), else an aligned copy (then the mapped pages
+    it covered are released, :func:`release_pages`).
 
     Raises:
         ValueError: ``length`` is not a multiple of the element size, or the elements do not
@@ -306,7 +312,7 @@ def array_from_region(buf: Buffer, offset: int, length: int, dtype: np.dtype, di
     if length % dtype.itemsize:
         raise ValueError("buffer size must be a multiple of element size")
     arr = np.frombuffer(buf, dtype=dtype, count=length // dtype.itemsize, offset=offset).reshape(dims)
-    if copy or not arr.flags.aligned:
+    if copy or not arr.flags.aligned or length < VIEW_MIN_BYTES:
         arr = arr.copy()
         release_pages(buf, offset, length)
     arr.flags.writeable = False

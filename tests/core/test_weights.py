@@ -22,8 +22,17 @@ import dynashape as ds
 from dynashape.cli import main
 from dynashape.inspect import inspect_rewrites, inspect_session
 from dynashape.model import load_model
+from dynashape import weights
 from dynashape.weights import plain_dtype, scan_model
 from tests.conftest import ort_run
+
+
+@pytest.fixture(autouse=True)
+def _views_of_small_tensors(monkeypatch, request):
+    """The tests here build small tensors; where they check which tensors are views, views
+    start at 0 bytes (by default a tensor under weights.VIEW_MIN_BYTES is copied)."""
+    if "default_view_threshold" not in request.keywords:
+        monkeypatch.setattr(weights, "VIEW_MIN_BYTES", 0)
 
 F = TensorProto.FLOAT
 RNG = np.random.default_rng(0)
@@ -517,3 +526,26 @@ def test_a_functions_subgraph_external_tensor_is_read_and_the_main_graphs_mapped
     then = next(a.g for a in loaded.proto.functions[0].node[0].attribute if a.name == "then_branch")
     read = then.initializer[0]
     assert read.raw_data == (w * 10).tobytes() and read.data_location == TensorProto.DEFAULT
+
+
+@pytest.mark.default_view_threshold
+def test_a_small_tensor_is_copied_and_a_large_aligned_one_viewed(tmp_path):
+    """A read of a view maps the page-cache folio around it (2 MB on a file system with huge
+    folios), so tensors under VIEW_MIN_BYTES are copies; a large aligned one stays a view."""
+    small = np.arange(64, dtype=np.float32)
+    large = np.arange(weights.VIEW_MIN_BYTES // 4, dtype=np.float32)
+    for prefix in range(4):   # some offset puts the large tensor at an aligned place
+        g = helper.make_graph([helper.make_node("Add", ["a", "b"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.zeros(prefix, np.uint8), "p"),
+                               numpy_helper.from_array(small, "a"), numpy_helper.from_array(large, "b")])
+        path = tmp_path / f"m{prefix}.onnx"
+        onnx.save(helper.make_model(g), path)
+        inits = load_model(str(path)).graph.initializers
+        np.testing.assert_array_equal(inits["a"], small)
+        np.testing.assert_array_equal(inits["b"], large)
+        assert inits["a"].flags.owndata
+        if not inits["b"].flags.owndata:
+            return
+    raise AssertionError("no offset gave a view of the large tensor")
