@@ -11,7 +11,9 @@ activation. So, as onnxruntime's NCHWc transformer does, a whole region changes 
   elementwise activations and arithmetic (a constant operand is permuted once, a scalar
   stays, an outside 4-D operand enters through a Transpose), MaxPool / AveragePool (as
   :mod:`NhwcMaxPool / NhwcAveragePool <.pool>`), GlobalAveragePool / GlobalMaxPool (a
-  mean / max over axes 1, 2), Concat along the channels (axis 3);
+  mean / max over axes 1, 2), Concat along the channels (axis 3), an inference
+  BatchNormalization the builtin rewrites could not fold into a conv (a Mul and an Add by
+  channel constants);
 * a region tensor read outside the region (or returned by the graph) gets one
   ``Transpose(perm=[0, 3, 1, 2])`` under its own name, right after its producer; a region
   input made outside one ``Transpose(perm=[0, 2, 3, 1])``. Everything else keeps its names.
@@ -151,8 +153,9 @@ def _is_transpose(n: Node, perm: tuple) -> bool:
     return n.op_type == "Transpose" and not n.domain and tuple(n.attrs.get("perm", ())) == perm
 
 
-def _joins(region: _Region, n: Node) -> Optional[Node]:
-    """The NHWC version of ``n`` if it joins the region, else None."""
+def _joins(region: _Region, n: Node):
+    """The NHWC version of ``n`` (a node, or the nodes it becomes) if it joins the region,
+    else None."""
     view = region.view
     if _is_transpose(n, TO_NHWC) and n.inputs[0] in region.nhwc:
         # the model's own NCHW -> NHWC permute of a region tensor (ConvNeXt's blocks): that is
@@ -182,6 +185,8 @@ def _joins(region: _Region, n: Node) -> Optional[Node]:
             and (len(n.outputs) == 1 or not any(n.outputs[1:])) and view.dtype(n.inputs[0]) == F32:
         attrs = {k: v for k, v in n.attrs.items() if k != "storage_order"}
         return Node(n.name, POOLS[n.op_type], DOMAIN, (region.nhwc[n.inputs[0]],), region.outputs_of(n)[:1], attrs)
+    if n.op_type == "BatchNormalization" and n.inputs[0] in region.nhwc:
+        return _batch_norm(region, n)
     if n.op_type in GLOBAL_POOLS and n.inputs[0] in region.nhwc:
         return Node(n.name, GLOBAL_POOLS[n.op_type], "", (region.nhwc[n.inputs[0]],), region.outputs_of(n),
                     {"axes": [1, 2], "keepdims": 1}, opset=13)
@@ -190,6 +195,31 @@ def _joins(region: _Region, n: Node) -> Optional[Node]:
         return Node(n.name, "Concat", "", tuple(region.nhwc[i] for i in n.inputs), region.outputs_of(n),
                     {"axis": 3})
     return None
+
+
+def _batch_norm(region: _Region, n: Node) -> Optional[list]:
+    """An inference BatchNormalization of a region tensor as its affine map along the
+    channels: ``Mul(x, scale / sqrt(var + eps))`` then ``Add(., bias - mean * that)``, both
+    constants channels-last (computed in float64). None where it is not one (training mode,
+    its statistics outputs read, parameters that are not constant vectors of C)."""
+    view = region.view
+    if n.attrs.get("training_mode", 0) or any(o for o in n.outputs[1:]) or len(n.inputs) != 5:
+        return None
+    params = [view.const(i) for i in n.inputs[1:]]
+    shape = view.shape(n.inputs[0])
+    c = shape[1] if shape is not None and len(shape) == 4 else None
+    if not isinstance(c, int) or any(p is None or p.shape != (c,) for p in params) or view.dtype(n.inputs[0]) != F32:
+        return None
+    scale, bias, mean, var = (p.astype(np.float64) for p in params)
+    a = scale / np.sqrt(var + float(n.attrs.get("epsilon", 1e-5)))
+    b = bias - mean * a
+    a_name, b_name = view.fresh(f"{n.name}_scale__nhwc"), view.fresh(f"{n.name}_shift__nhwc")
+    region.constants[a_name] = a.astype(np.float32).reshape(1, 1, 1, c)
+    region.constants[b_name] = b.astype(np.float32).reshape(1, 1, 1, c)
+    scaled = view.fresh(f"{n.outputs[0]}_scaled__nhwc")
+    x = region.nhwc[n.inputs[0]]
+    return [Node(f"{n.name}/scale", "Mul", "", (x, a_name), (scaled,)),
+            Node(n.name, "Add", "", (scaled, b_name), region.outputs_of(n)[:1])]
 
 
 def _with_exits(region: _Region, nodes: list, converted: set) -> list:
@@ -330,7 +360,10 @@ def to_channels_last(view: GraphView) -> Optional[tuple]:
         new = _joins(region, n)
         if new is not None:
             converted.add(id(n))
-        region.out.append(n if new is None else new)
+        if isinstance(new, list):
+            region.out.extend(new)
+        else:
+            region.out.append(n if new is None else new)
     out = _with_exits(region, nodes, converted)
     return _without_dead_transposes(_Fuser(region, out).run(), view.outputs), region.constants
 

@@ -501,3 +501,18 @@ def test_a_transformer_block_runs_without_loading_numba(tmp_path):
     out = subprocess.run([sys.executable, "-c", _TRANSFORMER_WITHOUT_NUMBA, str(path)], capture_output=True,
                          text=True, check=True)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == {"numba": False, "llvmlite": False, "fast": []}
+
+
+def test_a_batch_norm_after_an_activation_runs_channels_last():
+    """Conv -> Relu -> BatchNormalization (not foldable into the conv) -> MaxPool: the
+    normalization is a Mul and an Add by channel constants inside the region, no border."""
+    c = 6
+    nodes = [helper.make_node("Conv", ["x", "w"], ["cv"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["cv"], ["r"]),
+             helper.make_node("BatchNormalization", ["r", "s", "b", "m", "v"], ["bn"], epsilon=1e-3),
+             helper.make_node("MaxPool", ["bn"], ["y"], kernel_shape=[2, 2], strides=[2, 2])]
+    inits = [("w", _rand(c, 3, 3, 3)), ("s", RNG.uniform(0.5, 2, c)), ("b", _rand(c)), ("m", _rand(c)),
+             ("v", RNG.uniform(0.5, 2, c))]
+    m = _model(nodes, [("x", ["n", 3, "h", "w"])], inits)
+    sess = _check(m, [{"x": _rand(n, 3, h, w)} for n, h, w in ((2, 8, 10), (1, 5, 5))], ops={"NhwcConv"},
+                  rtol=1e-4, atol=1e-5)
+    assert [st.node.node.op_type for st in sess.program.steps].count("Transpose") == 2
