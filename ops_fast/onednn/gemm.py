@@ -225,6 +225,7 @@ def _run_rows(a: np.ndarray, y: np.ndarray, packed: PackedGemm) -> None:
     if y.flags.c_contiguous:
         packed.run(a.reshape(-1, k), y.reshape(-1, n), a, y)
     else:
+        a2 = a.reshape(-1, k)
         tmp = np.empty((a2.shape[0], n), F32)
         packed.run(a2, tmp)
         y[...] = tmp.reshape(y.shape)

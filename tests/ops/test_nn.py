@@ -409,8 +409,14 @@ def test_ceil_mode_last_window_starting_in_the_right_padding_is_dropped_for_symb
     runs = [{"x": rand(1, 2, h, w)} for h, w in sizes] + [{"x": rand(0, 2, 5, 5)}]
     sess = dynashape.InferenceSession(model)
     ort_sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    reference = ReferenceEvaluator(model)
+    # onnxruntime 1.23 divides a dilated count_include_pad window that reaches into the end
+    # padding by its input elements only (1.32 agrees with the spec's reference)
+    ort_apd_ok = tuple(int(p) for p in ort.__version__.split(".")[:2]) >= (1, 32)
     for k, feeds in enumerate(runs):
         got, want = sess.run(None, feeds), ort_sess.run(None, feeds)
+        if not ort_apd_ok:
+            want[2] = reference.run(None, feeds)[2]
         for name, g, w in zip(outs, got, want):
             assert g.shape == w.shape, (k, name, g.shape, w.shape)
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6, err_msg=f"run {k} {name}")

@@ -94,6 +94,16 @@ def test_matmul_of_a_vector_and_of_four_dims():
     _check(m, feeds, ops={"MatMul"})
 
 
+@pytest.mark.parametrize("rows", [3, 64])   # the kept plain copy (little work) and oneDNN's primitive
+def test_matmul_rows_into_a_strided_output_go_through_a_contiguous_buffer(rows):
+    from dynashape.ops_fast.onednn import gemm
+    w, a = _rand(96, 80), _rand(2, rows, 96)
+    out = np.full((2, rows, 160), np.nan, np.float32)
+    gemm._run_rows(a, out[..., ::2], gemm.PackedGemm(w, None, ()))
+    np.testing.assert_allclose(out[..., ::2], a @ w, rtol=1e-5, atol=1e-5)
+    assert np.isnan(out[..., 1::2]).all()
+
+
 def test_a_weight_read_by_another_node_is_kept():
     w = _rand(64, 96)
     nodes = [helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("Add", ["w", "x2"], ["s"])]
@@ -297,7 +307,8 @@ def test_a_region_reads_and_returns_nchw_tensors_at_its_borders():
     ("AveragePool", dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1, count_include_pad=1, pads=[1, 1, 1, 1])),
 ])
 def test_pools_inside_a_region_run_channels_last(op, attrs, threads):
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node(op, ["c"], ["y"], **attrs)]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node(op, ["c"], ["y"], **attrs)]
     m = _model(nodes, [("x", ["n", 4, "h", "w"])], [("w", _rand(8, 4, 3, 3))], opset=19)
     feeds = [{"x": _rand(n, 4, h, w)} for n, h, w in ((1, 11, 9), (2, 6, 7), (1, 11, 9))]
     nhwc_op = "Nhwc" + op
