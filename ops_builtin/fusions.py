@@ -155,20 +155,39 @@ def _fused_attention_shape(ctx):
     attention core exporters write as MatMul -> Mul/Div -> Add -> Softmax -> MatMul.
 
     ``scale`` multiplies the scores (``divide=1``: divides them by it), as the matched Mul
-    or Div did. Shapes: Q (..., S, D), KT (..., D, T), V (..., T, Dv) -> (..., S, Dv); the
-    mask broadcasts to the scores (..., S, T) unidirectionally. Dtypes: float32/float64.
-    Source: ONNX MatMul-13, Softmax-13 (Attention-23 is the same computation with K not
-    transposed and its own mask forms)."""
-    scores = _matmul_shape(ctx, ctx.shape(0), ctx.shape(1))
+    or Div did. ``perm_k`` (optional): input 1 is read through ``Transpose(perm=perm_k)``,
+    a view: the Transpose that made KT from K (``[0, 1, 3, 2]`` of a (B, H, T, D) cache,
+    ``[0, 2, 3, 1]`` of a (B, T, H, D) projection) is absorbed, never copied. Shapes: Q
+    (..., S, D), KT (..., D, T), V (..., T, Dv) -> (..., S, Dv); the mask broadcasts to the
+    scores (..., S, T) unidirectionally. Dtypes: float32/float64. Source: ONNX MatMul-13,
+    Softmax-13, Transpose-13 (Attention-23 is the same computation with K not transposed
+    and its own mask forms)."""
+    scores = _matmul_shape(ctx, ctx.shape(0), _kt_shape(ctx))
     if ctx.has_input(3) and scores is not None and ctx.shape(3) is not None:
         check_unidirectional(ctx, ctx.shape(3), scores, "mask")
     return [_matmul_shape(ctx, scores, ctx.shape(2))]
 
 
+def _kt_shape(ctx) -> Optional[tuple]:
+    """KT's shape: input 1's, permuted by ``perm_k`` when there is one."""
+    k, perm = ctx.shape(1), ctx.attr("perm_k", None)
+    if k is None or perm is None:
+        return k
+    if sorted(perm) != list(range(len(k))):
+        raise ValueError(f"FusedAttention: perm_k {list(perm)} is not a permutation of the {len(k)} axes "
+                         f"of input 1 {tuple(k)}")
+    return tuple(k[i] for i in perm)
+
+
+def attention_kt(k: np.ndarray, perm_k: Optional[tuple]) -> np.ndarray:
+    """KT from FusedAttention's input 1: a transposed view of it under ``perm_k``."""
+    return k if perm_k is None else k.transpose(perm_k)
+
+
 def _scores_shape(ctx) -> tuple:
     from dynashape.shapes import broadcast_shapes
 
-    q, kt = ctx.shape(0), ctx.shape(1)
+    q, kt = ctx.shape(0), _kt_shape(ctx)
     return broadcast_shapes(ctx, tuple(q[:-2]), tuple(kt[:-2])) + (q[-2], kt[-1])
 
 
@@ -181,17 +200,20 @@ class _AttentionPlan(NamedTuple):
     scale: float
     divide: bool
     scores: tuple   # the scores' shape
+    perm_k: Optional[tuple]   # input 1 read through this transpose (None: it is KT)
 
 
 def _fused_attention_prepare(ctx) -> _AttentionPlan:
-    return _AttentionPlan(float(ctx.attr("scale", 1.0)), bool(ctx.attr("divide", 0)), _scores_shape(ctx))
+    perm = ctx.attr("perm_k", None)
+    return _AttentionPlan(float(ctx.attr("scale", 1.0)), bool(ctx.attr("divide", 0)), _scores_shape(ctx),
+                          None if perm is None else tuple(int(a) for a in perm))
 
 
 @lib.kernel("FusedAttention", domain=DOMAIN, dtypes=_FLOATS, prepare=_fused_attention_prepare,
             scratch=_attention_scores_scratch)
 def _fused_attention(inputs, outputs, p: _AttentionPlan):
     """The same operations as the unfused nodes, in their order, on one scores buffer."""
-    q, kt, v = inputs[0], inputs[1], inputs[2]
+    q, kt, v = inputs[0], attention_kt(inputs[1], p.perm_k), inputs[2]
     mask = inputs[3] if len(inputs) > 3 else None
     scores = nn._scratch(outputs, 1, math.prod(p.scores), q.dtype).reshape(p.scores)
     np.matmul(q, kt, out=scores)

@@ -477,3 +477,25 @@ def _attention(m: Match):
 
 _register("attention", _attention_patterns(), _attention, 25,
           "MatMul -> scale -> + mask -> Softmax -> MatMul -> FusedAttention")
+
+
+def _attention_k_transpose(m: Match):
+    """FusedAttention(Q, Transpose(K), V, ...) -> FusedAttention(Q, K, V, ..., perm_k): the
+    transpose becomes a view the kernels read K through (composed with a perm_k already there)."""
+    rank = m.rank("k")
+    if rank is None:
+        return None
+    perm = [int(a) for a in m.attr("t", "perm", None) or range(rank - 1, -1, -1)]
+    inner = m.attr("attention", "perm_k", None)
+    if inner is not None:
+        perm = [perm[a] for a in inner]
+    node = m.node("attention")
+    inputs = [node.inputs[0], m.value("k")] + list(node.inputs[2:])
+    return [m.make("FusedAttention", inputs, domain=DOMAIN, **{**node.attrs, "perm_k": perm})]
+
+
+lib.rewrite("attention_k_transpose",
+            op("FusedAttention", value("q"), op("Transpose", value("k"), name="t"), value("v"), more_inputs=True,
+               name="attention", domain=DOMAIN),
+            priority=24, description="Transpose -> FusedAttention's KT: read through perm_k, not copied")(
+    _attention_k_transpose)

@@ -38,7 +38,7 @@ def _softmax(inputs, outputs, plan):
 def _fused_attention(inputs, outputs, p):
     """BLAS Q @ KT, one compiled pass (scale, mask, minus the row max), numpy's exp, one
     compiled pass (normalise), BLAS @ V."""
-    q, kt, v = inputs[0], inputs[1], inputs[2]
+    q, kt, v = inputs[0], fusions.attention_kt(inputs[1], p.perm_k), inputs[2]
     mask = inputs[3] if len(inputs) > 3 else None
     scores = nn._scratch(outputs, 1, math.prod(p.scores), q.dtype).reshape(p.scores)
     if not scores.size or (mask is not None and mask.dtype != q.dtype):

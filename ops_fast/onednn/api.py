@@ -31,7 +31,7 @@ import threading
 import weakref
 from functools import lru_cache
 from importlib import metadata
-from typing import Optional, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
 
@@ -56,6 +56,10 @@ FORWARD_INFERENCE = 96       # dnnl_forward_inference
 CONVOLUTION_DIRECT = 1       # dnnl_convolution_direct
 QUERY_SRC, QUERY_WEIGHTS, QUERY_DST = 129, 131, 133
 QUERY_IMPL_INFO = 8          # dnnl_query_impl_info_str
+# dnnl_query_t of dnnl_memory_desc_query
+QUERY_STRIDES, QUERY_PADDED_DIMS, QUERY_FORMAT_KIND = 14, 260, 262
+QUERY_INNER_NBLKS, QUERY_INNER_BLKS, QUERY_INNER_IDXS = 263, 264, 265
+BLOCKED = 2                  # dnnl_blocked (dnnl_format_kind_t)
 ARG_SRC, ARG_SRC_1, ARG_DST, ARG_WEIGHTS, ARG_BIAS = 1, 2, 17, 33, 41
 ARG_POST_OP_BASE = 32768     # DNNL_ARG_ATTR_MULTIPLE_POST_OP_BASE
 MAX_NDIMS = 12
@@ -97,6 +101,7 @@ _STATUS_FUNCTIONS = {
     "dnnl_stream_destroy": [_vp],
     "dnnl_memory_desc_create_with_tag": [ctypes.POINTER(_vp), ctypes.c_int, Dims, ctypes.c_int, ctypes.c_int],
     "dnnl_memory_desc_create_with_strides": [ctypes.POINTER(_vp), ctypes.c_int, Dims, ctypes.c_int, Dims],
+    "dnnl_memory_desc_query": [_vp, ctypes.c_int, _vp],
     "dnnl_memory_desc_clone": [ctypes.POINTER(_vp), _vp],
     "dnnl_memory_desc_destroy": [_vp],
     "dnnl_memory_create": [ctypes.POINTER(_vp), _vp, _vp, _vp],
@@ -282,11 +287,40 @@ class MemoryDesc:
     def nbytes(self) -> int:
         return int(library().dnnl_memory_desc_get_size(self.handle))
 
+    def blocking(self) -> Optional["Blocking"]:
+        """How the layout places elements (None: not a blocked layout)."""
+        kind = ctypes.c_int()
+        _call("dnnl_memory_desc_query", self.handle, QUERY_FORMAT_KIND, ctypes.byref(kind))
+        if kind.value != BLOCKED:
+            return None
+        nblks = ctypes.c_int()
+        _call("dnnl_memory_desc_query", self.handle, QUERY_INNER_NBLKS, ctypes.byref(nblks))
+        ndims = len(self.dims)
+
+        def dims(what: int, count: int) -> tuple:
+            pointer = ctypes.POINTER(Dims)()
+            _call("dnnl_memory_desc_query", self.handle, what, ctypes.byref(pointer))
+            return tuple(int(v) for v in pointer.contents[:count])
+        return Blocking(dims(QUERY_PADDED_DIMS, ndims), dims(QUERY_STRIDES, ndims),
+                        dims(QUERY_INNER_BLKS, nblks.value), dims(QUERY_INNER_IDXS, nblks.value))
+
     def __eq__(self, other) -> bool:
         return isinstance(other, MemoryDesc) and bool(library().dnnl_memory_desc_equal(self.handle, other.handle))
 
     def __hash__(self) -> int:
         return hash(self.dims)
+
+
+class Blocking(NamedTuple):
+    """A blocked layout (oneDNN's ``dnnl_blocking_desc_t``): element ``(i0, i1, ...)`` of
+    the padded dims sits at ``sum((i_d // block_d) * strides[d]) + (offset within the inner
+    blocks)``, the inner blocks ``inner_blks`` of dims ``inner_idxs`` nested in that order,
+    all in elements."""
+
+    padded_dims: tuple
+    strides: tuple
+    inner_blks: tuple
+    inner_idxs: tuple
 
 
 class Primitive:

@@ -22,6 +22,7 @@ priority. Source: ONNX MatMul-13 / Gemm-13; oneDNN's matmul primitive
 """
 from __future__ import annotations
 
+import importlib.util
 import threading
 from typing import Optional
 
@@ -30,7 +31,11 @@ from dynashape.ops_builtin import fusions
 from dynashape.records import OpLibrary
 from dynashape.threads import intra_op_threads
 
+from ..common import lazy_import
 from . import api
+
+#: the one-row loop (numba), where numba is installed
+gemv = lazy_import("..loops.gemv", __package__) if importlib.util.find_spec("numba") is not None else None
 
 lib = OpLibrary()
 
@@ -81,7 +86,7 @@ class PackedGemm:
     """
 
     opaque_to_tracing = True
-    __slots__ = ("k", "n", "weights", "bias", "post_ops", "plain", "epilogue", "_primitives", "_lock",
+    __slots__ = ("k", "n", "weights", "bias", "post_ops", "plain", "epilogue", "slabs", "_primitives", "_lock",
                  "__weakref__")
 
     def __init__(self, weight: np.ndarray, bias: Optional[np.ndarray], post_ops: tuple,
@@ -99,6 +104,8 @@ class PackedGemm:
         probe = self._make(64, self.k, 1, api.MemoryDesc((self.k, self.n), tag=api.ANY))
         self.weights = api.PackedWeights(api.MemoryDesc((self.k, self.n), strides=(self.n, 1)),
                                          np.ascontiguousarray(weight, dtype=F32), probe.mds[1])
+        # one row (a decode step) streams the packed weight through the numba loop, where it can
+        self.slabs = _slabs(self.weights) if gemv is not None and (not post_ops or epilogue) else None
 
     @property
     def nbytes(self) -> int:
@@ -132,6 +139,12 @@ class PackedGemm:
                         lambda md: self._make(m, row if m > 1 else self.k, col, md))
         return found
 
+    def _bias_and_epilogue(self, y2: np.ndarray) -> None:
+        if self.bias is not None:
+            np.add(y2, self.bias, out=y2)
+        if self.epilogue is not None:
+            self.epilogue(y2)
+
     def run(self, a2: np.ndarray, y2: np.ndarray, a=None, y=None) -> None:
         """``y2 (M, N) = epilogue(a2 (M, K) @ W + bias)``; y2 C-contiguous, a2 any strides.
         ``a`` / ``y``: the arrays a2 / y2 are views of with the same data pointer (the planned
@@ -141,10 +154,11 @@ class PackedGemm:
             return
         if self.plain is not None and m * self.k * self.n < MIN_WORK:
             np.matmul(a2, self.plain, out=y2)
-            if self.bias is not None:
-                np.add(y2, self.bias, out=y2)
-            if self.epilogue is not None:
-                self.epilogue(y2)
+            self._bias_and_epilogue(y2)
+            return
+        if m == 1 and self.slabs is not None:
+            gemv.gemv_slabs(np.ascontiguousarray(a2[0]), self.slabs, y2[0])
+            self._bias_and_epilogue(y2)
             return
         threads = intra_op_threads()
         api.set_threads(threads)
@@ -160,6 +174,29 @@ class PackedGemm:
             prim.execute((a, weights, y))
         else:
             prim.execute((a, weights, y, self.bias))
+
+
+def _slabs(weights: api.PackedWeights) -> Optional[np.ndarray]:
+    """The packed weight as column blocks ``(NB, Kp, bn)`` (:mod:`..loops.gemv`), where its
+    layout is one: the inner blocks (16 rows x 64 columns, or 64 columns) of a column block
+    follow each other down the rows, the column blocks follow each other."""
+    md, buf, pointer = weights.layouts[0]
+    b = md.blocking()
+    if b is None or len(b.padded_dims) != 2:
+        return None
+    rows, cols = b.padded_dims
+    if b.inner_idxs == (0, 1):
+        bk, bn = b.inner_blks
+    elif b.inner_idxs == (1,):
+        bk, bn = 1, b.inner_blks[0]
+    else:
+        return None
+    if rows % bk or cols % bn or b.strides != (bk * bn, rows * bn):
+        return None
+    start = pointer - buf.ctypes.data
+    if start + rows * cols * 4 > buf.nbytes:
+        return None
+    return buf[start:start + rows * cols * 4].view(np.float32).reshape(cols // bn, rows, bn)
 
 
 def _weight(ctx, trans_b: bool) -> Optional[np.ndarray]:

@@ -233,7 +233,7 @@ def _attention_accepts(ctx) -> bool:
             accepts=_attention_accepts, prepare=_attention_prepare,
             scratch=fusions._attention_scores_scratch)
 def _fused_attention(inputs, outputs, p: _AttentionPlan):
-    q, kt, v = inputs[0], inputs[1], inputs[2]
+    q, kt, v = inputs[0], fusions.attention_kt(inputs[1], p.plan.perm_k), inputs[2]
     mask = inputs[3] if len(inputs) > 3 else None
     out = outputs[0]
     size = math.prod(p.plan.scores)

@@ -94,6 +94,29 @@ def test_matmul_of_a_vector_and_of_four_dims():
     _check(m, feeds, ops={"MatMul"})
 
 
+@THREADS
+@pytest.mark.parametrize("k,n", [(768, 2304), (100, 41), (5000, 70), (17, 1000)])
+@pytest.mark.parametrize("activation", [None, "Relu", "tanh"])
+def test_one_row_streams_the_packed_weight_through_the_column_block_loop(k, n, activation, threads):
+    """A decode step's single row: the numba loop over the packed weight's column blocks (rows
+    and columns padded), then the bias and the activation; more rows take oneDNN's primitive."""
+    from dynashape.ops_fast.onednn import gemm
+    if gemm.gemv is None:
+        pytest.skip("numba is not installed")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], ["y" if
+                                                                                              activation is None else "a"])]
+    if activation == "Relu":
+        nodes.append(helper.make_node("Relu", ["a"], ["y"]))
+    elif activation == "tanh":
+        nodes.append(helper.make_node("Gelu", ["a"], ["y"], approximate="tanh"))
+    m = _model(nodes, [("x", ["a", "b", k])], [("w", _rand(k, n, scale=k ** -0.5)), ("b", _rand(n))], opset=20)
+    feeds = [{"x": _rand(a, b, k)} for a, b in ((1, 1), (2, 3), (1, 1), (1, 0))]
+    sess = _check(m, feeds, ops={"FusedMatMul"}, threads=threads)
+    packed = [st.prepacked for st in sess.program.steps if st.kernel.plugin == "onednn"]
+    assert len(packed) == 1 and packed[0].slabs is not None
+    assert packed[0].slabs.shape[1:] == (-(-k // 16) * 16, 64) and packed[0].slabs.shape[0] * 64 >= n
+
+
 @pytest.mark.parametrize("rows", [3, 64])   # the kept plain copy (little work) and oneDNN's primitive
 def test_matmul_rows_into_a_strided_output_go_through_a_contiguous_buffer(rows):
     from dynashape.ops_fast.onednn import gemm

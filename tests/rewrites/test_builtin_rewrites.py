@@ -397,6 +397,41 @@ def test_attention_with_a_mask_that_broadcasts_the_scores_or_softmax_over_anothe
     check(g.model(_attention(g, "Div", None, axis=2)), "matmul_transposed_b")
 
 
+def _attention_of_projections(g: G, k_as_output: bool):
+    """BERT's layout: Q, K, V (B, S, H, D) made heads-first by Transposes, K's straight to
+    (B, H, D, S) ([0, 2, 3, 1]); or GPT-2's: K (B, H, S, D), also a graph output (the
+    present cache), transposed [0, 1, 3, 2]."""
+    x = ["batch", "seq", 2, 4]
+    q = g.op("Transpose", g.input("q", x), perm=[0, 2, 1, 3])
+    v = g.op("Transpose", g.input("v", x), perm=[0, 2, 1, 3])
+    if k_as_output:
+        k = g.op("Identity", g.op("Transpose", g.input("k", x), perm=[0, 2, 1, 3]))
+        kt = g.op("Transpose", k, perm=[0, 1, 3, 2])
+    else:
+        k, kt = None, g.op("Transpose", g.input("k", x), perm=[0, 2, 3, 1])
+    s = g.op("Div", g.op("MatMul", q, kt), g.const(2.0))
+    y = g.op("MatMul", g.op("Softmax", s, axis=-1), v)
+    return (y, k) if k_as_output else (y,)
+
+
+@pytest.mark.parametrize("compiled", [True, {"fast"}, False], ids=["onednn", "numba", "numpy"])
+@pytest.mark.parametrize("k_as_output", [False, True], ids=["bert", "gpt2"])
+def test_the_transpose_that_makes_kt_is_read_as_a_view_by_fused_attention(k_as_output, compiled):
+    g = G(opset=13)
+    model = g.model(*_attention_of_projections(g, k_as_output))
+    counts = check(model, "attention_k_transpose")
+    assert counts.get("attention_k_transpose") == 1
+    sess = dynashape.InferenceSession(model.SerializeToString(), optimize=True, compiled_kernels=compiled)
+    attention = [st.node.node for st in sess.program.steps if st.node.node.op_type == "FusedAttention"]
+    assert [list(n.attrs["perm_k"]) for n in attention] == [[0, 1, 3, 2] if k_as_output else [0, 2, 3, 1]]
+    assert sum(st.node.node.op_type == "Transpose" for st in sess.program.steps) == (3 if k_as_output else 2)
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for batch, seq in SHAPES:
+        feeds = _feeds(model, batch, seq)
+        for got, want in zip(sess.run(None, feeds), ref.run(None, feeds)):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
 # --- coverage --------------------------------------------------------------------------
 
 def _cases_fired() -> set:
