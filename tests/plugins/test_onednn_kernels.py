@@ -103,8 +103,8 @@ def test_one_row_streams_the_packed_weight_through_the_column_block_loop(k, n, a
     from dynashape.ops_fast.onednn import gemm
     if gemm.gemv is None:
         pytest.skip("numba is not installed")
-    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], ["y" if
-                                                                                              activation is None else "a"])]
+    added = "y" if activation is None else "a"
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], [added])]
     if activation == "Relu":
         nodes.append(helper.make_node("Relu", ["a"], ["y"]))
     elif activation == "tanh":
