@@ -22,7 +22,6 @@ priority. Source: ONNX MatMul-13 / Gemm-13; oneDNN's matmul primitive
 """
 from __future__ import annotations
 
-import importlib.util
 import threading
 from typing import Optional
 
@@ -31,11 +30,12 @@ from dynashape.ops_builtin import fusions
 from dynashape.records import OpLibrary
 from dynashape.threads import intra_op_threads
 
+from .. import AVAILABLE as NUMBA_AVAILABLE
 from ..common import lazy_import
 from . import api
 
-#: the one-row loop (numba), where numba is installed
-gemv = lazy_import("..loops.gemv", __package__) if importlib.util.find_spec("numba") is not None else None
+#: the one-row loop (numba), where numba is installed and usable
+gemv = lazy_import("..loops.gemv", __package__) if NUMBA_AVAILABLE else None
 
 lib = OpLibrary()
 
@@ -51,6 +51,10 @@ MAX_PRIMITIVES = 64
 KEEP_PLAIN_BYTES = 256 << 10
 #: the multiply-adds (M * K * N) from which a product runs oneDNN rather than numpy
 MIN_WORK = 1 << 21
+#: the smallest packed weight a single row streams through the numba loop (loops/gemv): a
+#: smaller one stays in the caches between runs, where oneDNN's primitive is as fast, and a
+#: model whose weights are all smaller (an encoder's pooler) never loads numba (~120 MB)
+GEMV_MIN_BYTES = 2 << 20
 
 #: FusedMatMul's activation (fusions.EPILOGUES) -> oneDNN eltwise post-op (alpha, beta from params)
 ACTIVATIONS = {
@@ -105,7 +109,8 @@ class PackedGemm:
         self.weights = api.PackedWeights(api.MemoryDesc((self.k, self.n), strides=(self.n, 1)),
                                          np.ascontiguousarray(weight, dtype=F32), probe.mds[1])
         # one row (a decode step) streams the packed weight through the numba loop, where it can
-        self.slabs = _slabs(self.weights) if gemv is not None and (not post_ops or epilogue) else None
+        streams = gemv is not None and weight.nbytes >= GEMV_MIN_BYTES and (not post_ops or epilogue)
+        self.slabs = _slabs(self.weights) if streams else None
 
     @property
     def nbytes(self) -> int:

@@ -92,6 +92,37 @@ def test_registry_cli_and_a_model_without_compiled_kernels_import_no_numba(tmp_p
     assert not got["numba"] and not got["llvmlite"]
 
 
+_ONE_ROW = """
+import json, sys
+import numpy as np
+import dynashape
+from onnx import TensorProto, helper, numpy_helper
+k, n = int(sys.argv[1]), int(sys.argv[2])
+w = np.random.default_rng(0).standard_normal((k, n)).astype(np.float32)
+g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["m", k])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [numpy_helper.from_array(w, "w")])
+sess = dynashape.InferenceSession(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+x = np.ones((1, k), np.float32)
+(y,) = sess.run(None, {"x": x})
+print(json.dumps({"numba": "numba" in sys.modules, "exact": bool(np.allclose(y, x @ w, rtol=1e-4, atol=1e-3)),
+                  "plugin": sess.program.steps[0].kernel.plugin}))
+"""
+
+
+@needs_fast
+def test_a_one_row_product_loads_numba_only_for_a_weight_out_of_the_caches():
+    """The oneDNN MatMul streams a single row through the numba loop (loops/gemv) only
+    against a weight of GEMV_MIN_BYTES or more: an encoder's 384 x 384 pooler loads no numba."""
+    from dynashape.ops_fast.onednn import api
+    if api.library() is None:
+        pytest.skip(api.unavailable_reason())
+    small = _in_fresh_process(_ONE_ROW, "384", "384")
+    assert small == {"numba": False, "exact": True, "plugin": "onednn"}
+    large = _in_fresh_process(_ONE_ROW, "768", "768")
+    assert large == {"numba": True, "exact": True, "plugin": "onednn"}
+
+
 _FIRST_RUN = """
 import json, sys
 import numpy as np
