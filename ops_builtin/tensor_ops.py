@@ -893,7 +893,36 @@ def _pad_prepare(ctx):
     grow = [(max(b, 0), max(e, 0)) for b, e in widths]
     dst = tuple(slice(b, b + (s.stop - s.start)) for (b, _), s in zip(grow, crop))
     value = ctx.attr("value", 0.0) if ctx.opset < 11 else None
-    return _pad_mode(ctx), crop, grow, dst, value
+    mode = _pad_mode(ctx)
+    borders = None if mode == "constant" else _pad_border_copies(mode, grow, [s.stop - s.start for s in crop])
+    return mode, crop, grow, dst, value, borders
+
+
+def _pad_border_copies(mode: str, grow: list, inner: list) -> tuple | None:
+    """The border fill of reflect/edge/wrap as (destination, source) index pairs into the
+    output, axis by axis (a later axis copies the earlier axes' borders along with its own
+    values, so corners come out as numpy.pad's); None where numpy.pad must do it (wrap pads
+    longer than the axis repeat it several times)."""
+    copies = []
+    for a, ((b, e), n) in enumerate(zip(grow, inner)):
+        if not b and not e:
+            continue
+        if mode == "wrap" and (b > n or e > n):
+            return None
+        end = b + n
+        if mode == "reflect":
+            stop = end - 2 - e
+            left, right = slice(2 * b, b, -1), slice(end - 2, None if stop < 0 else stop, -1)
+        elif mode == "edge":
+            left, right = slice(b, b + 1), slice(end - 1, end)
+        else:   # wrap
+            left, right = slice(n, n + b), slice(b, b + e)
+        head = (slice(None),) * a
+        if b:
+            copies.append((head + (slice(0, b),), head + (left,)))
+        if e:
+            copies.append((head + (slice(end, end + e),), head + (right,)))
+    return tuple(copies)
 
 
 def _pad_constant(ctx_value, inputs, dtype):
@@ -906,15 +935,21 @@ def _pad_constant(ctx_value, inputs, dtype):
 
 @lib.kernel("Pad", prepare=_pad_prepare)
 def _pad(inputs, outputs, prepared):
-    """Pad: crop negative pads, then fill (constant) or np.pad (reflect/edge/wrap)."""
-    mode, crop, grow, dst, value = prepared
+    """Pad: crop negative pads, then fill (constant) or copy the borders from the output's
+    interior (reflect/edge/wrap: two slice copies per padded axis)."""
+    mode, crop, grow, dst, value, borders = prepared
     x, out = inputs[0][crop], outputs[0]
     if mode == "constant":
         if any(b or e for b, e in grow):
             out.fill(_pad_constant(value, inputs, out.dtype))
         out[dst] = x
         return
-    np.copyto(out, np.pad(x, grow, mode=mode))
+    if borders is None:
+        np.copyto(out, np.pad(x, grow, mode=mode))
+        return
+    out[dst] = x
+    for to, source in borders:
+        out[to] = out[source]
 
 
 # DepthToSpace / SpaceToDepth -------------------------------------------------------------

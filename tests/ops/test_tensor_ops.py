@@ -549,6 +549,38 @@ def test_pad_modes(mode):
     check("Pad", [x, i64(0, 2, 1, 0), None, i64(-1, 0)], {"mode": mode}, opset=21)
 
 
+@pytest.mark.parametrize("mode", ["reflect", "edge", "wrap"])
+@pytest.mark.parametrize("pads", [
+    (2, 0, 1, 3, 1, 2),      # every axis, reflect's longest (dim - 1) on the first
+    (0, 3, 0, 0, 0, 4),      # wrap by whole axes (pads == dim)
+    (1, -1, 0, 0, 2, 1),     # a negative pad crops first, the border copies the cropped axis
+])
+def test_pad_border_modes_copy_the_interior_axis_by_axis(mode, pads):
+    """reflect/edge/wrap fill their borders by slice copies from the output's interior, axis
+    after axis (corners included): equal to numpy.pad (the spec's reference semantics) and to
+    onnxruntime on a 3-D input."""
+    x = f32(3, 4, 5)
+    grow = [(max(b, 0), max(e, 0)) for b, e in zip(pads[:3], pads[3:])]
+    crop = tuple(slice(max(-b, 0), d - max(-e, 0)) for d, b, e in zip(x.shape, pads[:3], pads[3:]))
+    if mode == "reflect" and any(p >= x[crop].shape[a] for a, pair in enumerate(grow) for p in pair):
+        pytest.skip("reflect pads must be smaller than the axis")
+    (y,) = run_node("Pad", [x, i64(*pads)], {"mode": mode}, opset=19)
+    np.testing.assert_array_equal(y, np.pad(x[crop], grow, mode=mode))
+    pytest.importorskip("onnxruntime")
+    model, feeds = one_node_model("Pad", [x, i64(*pads)], {"mode": mode}, 19)
+    np.testing.assert_array_equal(y, ort_run(model, feeds)[0])
+
+
+def test_pad_wrap_longer_than_the_axis_and_strings():
+    """wrap pads longer than the axis repeat it (numpy.pad's loop); edge copies strings too."""
+    x = f32(2, 3)
+    (y,) = run_node("Pad", [x, i64(0, 7, 1, 2)], {"mode": "wrap"}, opset=19)
+    np.testing.assert_array_equal(y, np.pad(x, ((0, 1), (7, 2)), mode="wrap"))
+    s = np.array([["a", "b"]], dtype=object)
+    (y,) = run_node("Pad", [s, i64(1, 1, 0, 2)], {"mode": "edge"}, opset=19)
+    assert y.tolist() == [["a", "a", "b", "b", "b"], ["a", "a", "b", "b", "b"]]
+
+
 def test_pad_forms_and_values():
     x = f32(2, 3)
     check("Pad", [x, i64(1, 0, 0, 2), np.array(1.5, np.float32)], opset=11)
