@@ -10,6 +10,8 @@ Concat -> Reshape``), so they propagate symbolic values (object arrays of ints a
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from dynashape.dtypes import is_float
 from dynashape.errors import ShapeInferenceError
@@ -605,14 +607,39 @@ def _nd_index(data_shape, idx, node, op, kind, b=0):
     return tuple(np.moveaxis(idx, -1, 0))
 
 
+def _flat_rows(data_shape, idx, b: int, node: str) -> np.ndarray:
+    """GatherND's index rows ``idx`` (batch, rows, k) as rows of data viewed
+    (batch * prod(indexed dims), *rest): negative indices wrapped, each range-checked
+    against its own dim (GatherIndexOutOfRange), then one dot with the dims' strides. Few
+    numpy calls: at the sizes of a mask lookup (16 rows) each costs more than the data."""
+    dims = data_shape[b:b + idx.shape[-1]]
+    if idx.min() < 0:
+        idx = idx + (idx < 0) * np.asarray(dims, dtype=np.int64)
+    low, high = idx.min(axis=(0, 1)).tolist(), idx.max(axis=(0, 1)).tolist()
+    if min(low) < 0 or any(h >= d for h, d in zip(high, dims)):
+        _nd_index(data_shape, idx, node, "GatherND", "GatherIndexOutOfRange", b)   # raises, naming the index
+    strides = [math.prod(dims[j + 1:]) for j in range(len(dims))]
+    flat = idx @ np.asarray(strides, dtype=np.int64)
+    if idx.shape[0] > 1:
+        flat += np.arange(idx.shape[0], dtype=np.int64)[:, None] * math.prod(dims)
+    return flat.reshape(-1)
+
+
 @lib.kernel("GatherND")
 def _gather_nd(inputs, outputs, ctx):
-    """GatherND: advanced indexing over batch-flattened data."""
+    """GatherND: the index rows as rows of the flattened data (one np.take into the output),
+    or advanced indexing (no index arrays, or an empty side)."""
     data, idx = inputs
     b = ctx.attr("batch_dims", 0) if ctx.opset >= 12 else 0
-    batch = int(np.prod(data.shape[:b], dtype=np.int64))
+    batch = math.prod(data.shape[:b])
     # explicit counts, not -1: numpy cannot infer a -1 next to a 0 (an empty batch or k = 0)
-    rows = int(np.prod(idx.shape[b:-1], dtype=np.int64))
+    rows = math.prod(idx.shape[b:-1])
+    k, out = idx.shape[-1], outputs[0]
+    if k and data.size and idx.size and idx.dtype.kind in "iu" and out.flags.c_contiguous:
+        flat = _flat_rows(data.shape, idx.reshape((batch, rows, k)).astype(np.int64, copy=False), b, ctx.node.name)
+        rest = data.shape[b + k:]
+        np.take(data.reshape((-1,) + rest), flat, axis=0, out=out.reshape((batch * rows,) + rest))
+        return
     d = data.reshape((batch,) + data.shape[b:])
     i = idx.reshape((batch, rows, idx.shape[-1]))
     index = _nd_index(data.shape, i, ctx.node.name, "GatherND", "GatherIndexOutOfRange", b)
