@@ -1,11 +1,11 @@
-"""The LayerNormalization loop (rows of the trailing axes, onnxruntime's formulation); the
-kernel is :mod:`dynashape.ops_fast.normalization`."""
+"""The LayerNormalization and RMSNormalization loops (rows of the trailing axes,
+onnxruntime's formulations); the kernels are :mod:`dynashape.ops_fast.normalization`."""
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
 
-from .common import JIT
+from .common import JIT, SUM_JIT
 
 
 @njit(**JIT)
@@ -30,3 +30,20 @@ def layer_norm_rows(x, scale, bias, out, n_f, eps, has_bias):
             if has_bias:
                 v += bias[j]
             out[r, j] = v
+
+
+@njit(**SUM_JIT)
+def rms_norm_rows(x, scale, out, n_f, eps):
+    """RMSNormalization over rows of x (rows, n): y = x / sqrt(E[x^2] + eps) * scale, the
+    mean of squares accumulated in x's dtype (reassociated into vector lanes, as
+    onnxruntime's SIMD sum), ``n_f`` and ``eps`` in x's dtype."""
+    rows, n = x.shape
+    zero = n_f - n_f
+    for r in range(rows):
+        ss = zero
+        for j in range(n):
+            v = x[r, j]
+            ss += v * v
+        inv = 1 / np.sqrt(ss / n_f + eps)
+        for j in range(n):
+            out[r, j] = x[r, j] * inv * scale[j]

@@ -77,6 +77,45 @@ def test_layer_normalization(axis, bias):
     _check(m, [{"x": _rand(n, 4, 8) * 5 + 3} for n in (1, 3, 2)], fast_ops={"LayerNormalization"}, rtol=1e-4)
 
 
+@pytest.mark.parametrize("axis,scale_shape", [(-1, (8,)), (1, (4, 8)), (-2, (4, 8)), (-1, (1, 8))])
+def test_rms_normalization(axis, scale_shape):
+    """The one-pass loop (a scale of one value per row element) and its hand-over to the numpy
+    kernel (a scale with a leading 1 dim), against the numpy kernel and onnxruntime through
+    changing shapes, a one-row decode step included; the same bits with two threads."""
+    node = helper.make_node("RMSNormalization", ["x", "scale"], ["y"], axis=axis, epsilon=1e-4)
+    m = _model([node], [("x", ["n", 4, 8])], [("scale", RNG.uniform(0.5, 1.5, scale_shape))], opset=23)
+    feeds = [{"x": _rand(n, 4, 8) * 5 + 3} for n in (1, 3, 2)]
+    _check(m, feeds, fast_ops={"RMSNormalization"}, rtol=1e-5)
+    options = dynashape.SessionOptions()
+    options.intra_op_num_threads = 2
+    two = numba_session(m.SerializeToString(), options)
+    one = numba_session(m.SerializeToString())
+    for f in feeds:
+        np.testing.assert_array_equal(two.run(None, f)[0], one.run(None, f)[0])
+
+
+def test_rms_normalization_by_hand_and_in_double():
+    """y = x / sqrt(mean(x^2) + eps) * scale on a row worked by hand (mean of squares of 3, 4:
+    12.5); float64 X runs the loop in float64, stash_type double on float32 X the numpy kernel."""
+    x = np.array([[3.0, 4.0]], np.float32)
+    node = helper.make_node("RMSNormalization", ["x", "scale"], ["y"], epsilon=0.0)
+    m = _model([node], [("x", ["n", 2])], [("scale", [1.0, 2.0])], opset=23)
+    (y,) = numba_session(m.SerializeToString()).run(None, {"x": x})
+    np.testing.assert_allclose(y, [[3 / 12.5 ** 0.5, 8 / 12.5 ** 0.5]], rtol=1e-6)
+    for dtype, stash in ((TensorProto.DOUBLE, 1), (TensorProto.FLOAT, 11)):
+        node = helper.make_node("RMSNormalization", ["x", "scale"], ["y"], stash_type=stash)
+        np_type = helper.tensor_dtype_to_np_dtype(dtype)
+        graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", dtype, ["n", 5])],
+                                  [helper.make_tensor_value_info("y", dtype, None)],
+                                  [numpy_helper.from_array(RNG.uniform(0.5, 1.5, 5).astype(np_type), "scale")])
+        data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)]).SerializeToString()
+        xs = (RNG.standard_normal((3, 5)) * 4).astype(np_type)
+        got = numba_session(data).run(None, {"x": xs})[0]
+        want = numba_session(data, compiled_kernels=False).run(None, {"x": xs})[0]
+        assert got.dtype == np_type
+        np.testing.assert_allclose(got, want, rtol=1e-12 if np_type == np.float64 else 1e-6)
+
+
 @pytest.mark.parametrize("axis,opset", [(-1, 13), (1, 13), (1, 11), (2, 11)])
 def test_softmax(axis, opset):
     m = _model([helper.make_node("Softmax", ["x"], ["y"], axis=axis)], [("x", ["n", 3, "t"])], opset=opset)
