@@ -8,7 +8,7 @@ the loop's assumptions hold (float32/float64, contiguous arrays, the axis or lay
 handles) and the numpy kernel otherwise, so a node never fails here that would run there.
 
 * :mod:`.activations`: Erf, Gelu (erf form), FusedMatMul's bias and Relu/Gelu after BLAS;
-* :mod:`.normalization`: LayerNormalization (trailing axes, one output) and RMSNormalization (onnxruntime's formulations);
+* :mod:`.normalization`: LayerNormalization (trailing axes, one output), RMSNormalization (onnxruntime's forms);
 * :mod:`.softmax`: Softmax (last axis), FusedAttention's scale / mask / max and normalisation;
 * :mod:`.conv`: Conv / FusedConv (2-D) as direct loops where they beat im2col + BLAS;
 * :mod:`.conv_transpose`: ConvTranspose (2-D);

@@ -222,6 +222,7 @@ KERNELS = sorted([
     ("LayerNormalization", "", 1, None, 10, ["float32", "float64"], ()),
     ("LpPool", "", 1, None, 10, ["float32", "float64"], ()),
     ("MaxPool", "", 1, None, 10, ["float32", "float64"], ()),
+    ("RMSNormalization", "", 1, None, 10, ["float32", "float64"], ()),
     ("RNN", "", 1, None, 10, ["float32", "float64"], ()),
     ("Resize", "", 1, None, 10, ["float32", "float64"], ()),
     ("Softmax", "", 1, None, 10, ["float32", "float64"], ((0, 0),)),
