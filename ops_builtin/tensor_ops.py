@@ -929,12 +929,13 @@ def _pad_border_copies(mode: str, grow: list, inner: list) -> tuple | None:
     """The border fill of reflect/edge/wrap as (destination, source) index pairs into the
     output, axis by axis (a later axis copies the earlier axes' borders along with its own
     values, so corners come out as numpy.pad's); None where numpy.pad must do it (wrap pads
-    longer than the axis repeat it several times)."""
+    longer than the axis repeat it several times; a reflection as long as an axis cropped
+    short by a negative pad; an axis cropped empty)."""
     copies = []
     for a, ((b, e), n) in enumerate(zip(grow, inner)):
         if not b and not e:
             continue
-        if mode == "wrap" and (b > n or e > n):
+        if not n or (mode == "wrap" and max(b, e) > n) or (mode == "reflect" and max(b, e) >= n):
             return None
         end = b + n
         if mode == "reflect":

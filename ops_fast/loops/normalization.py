@@ -38,12 +38,12 @@ def rms_norm_rows(x, scale, out, n_f, eps):
     mean of squares accumulated in x's dtype (reassociated into vector lanes, as
     onnxruntime's SIMD sum), ``n_f`` and ``eps`` in x's dtype."""
     rows, n = x.shape
-    zero = n_f - n_f
+    zero, one = n_f - n_f, n_f / n_f   # (in x's dtype: a literal 1 would make the row's scale float64)
     for r in range(rows):
         ss = zero
         for j in range(n):
             v = x[r, j]
             ss += v * v
-        inv = 1 / np.sqrt(ss / n_f + eps)
+        inv = one / np.sqrt(ss / n_f + eps)
         for j in range(n):
             out[r, j] = x[r, j] * inv * scale[j]
