@@ -419,6 +419,31 @@ def reorder(src: MemoryDesc, dst: MemoryDesc, src_pointer: int, dst_pointer: int
     make_reorder(src, dst).execute((src_pointer, dst_pointer))
 
 
+class PrimitiveCache:
+    """What a node made per key (shape, strides, threads: a primitive, or a primitive and
+    its weights' pointer), made on first use by ``make(*args)``, at most ``capacity`` of them
+    (the oldest dropped first); one maker at a time, and a key made once even when two
+    threads ask for it together."""
+
+    __slots__ = ("capacity", "_made", "_lock")
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self._made: dict = {}
+        self._lock = threading.Lock()
+
+    def get(self, key, make, *args):
+        found = self._made.get(key)
+        if found is None:
+            with self._lock:
+                found = self._made.get(key)
+                if found is None:
+                    if len(self._made) >= self.capacity:
+                        self._made.pop(next(iter(self._made)))
+                    found = self._made[key] = make(*args)
+        return found
+
+
 class PackedWeights:
     """A constant weight reordered into the layout(s) oneDNN's primitives read.
 

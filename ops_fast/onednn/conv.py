@@ -20,7 +20,6 @@ Source: ONNX Conv-11; oneDNN's convolution primitive
 """
 from __future__ import annotations
 
-import threading
 from typing import NamedTuple, Optional
 
 import numpy as np
@@ -117,7 +116,7 @@ class PackedConv:
 
     opaque_to_tracing = True
     __slots__ = ("attrs", "group", "m", "c", "kernel", "bias", "post_ops", "residual", "weights",
-                 "_primitives", "_lock", "__weakref__")
+                 "_primitives", "__weakref__")
 
     def __init__(self, ctx):
         w = ctx.value(1)
@@ -130,8 +129,7 @@ class PackedConv:
         self.bias = None if b is None else np.ascontiguousarray(b, dtype=F32).reshape(self.m)
         self.residual = ctx.has_input(3)
         self.post_ops = eltwise_post_ops(ctx.attr("activation", ""), ctx.attr("activation_params", []))
-        self._primitives: dict = {}
-        self._lock = threading.Lock()
+        self._primitives = api.PrimitiveCache(MAX_PRIMITIVES)
         dims = self._weight_dims()
         probe = self._make(self._probe_shape(ctx.shape(0)), api.MemoryDesc(dims, tag=api.ANY))
         strides = [int(np.prod(dims[i + 1:])) for i in range(len(dims))]
@@ -180,16 +178,10 @@ class PackedConv:
 
     def primitive(self, x_nchw: tuple, threads: int) -> tuple:
         """(primitive, pointer of the weights in the layout it reads) for an input shape."""
-        key = (x_nchw, threads)
-        found = self._primitives.get(key)
-        if found is None:
-            with self._lock:
-                found = self._primitives.get(key)
-                if found is None:
-                    if len(self._primitives) >= MAX_PRIMITIVES:
-                        self._primitives.pop(next(iter(self._primitives)))
-                    found = self._primitives[key] = self.weights.primitive(lambda md: self._make(x_nchw, md))
-        return found
+        return self._primitives.get((x_nchw, threads), self._packed_primitive, x_nchw)
+
+    def _packed_primitive(self, x_nchw: tuple) -> tuple:
+        return self.weights.primitive(lambda md: self._make(x_nchw, md))
 
     def run(self, x: np.ndarray, y: np.ndarray, z: Optional[np.ndarray]) -> None:
         """y (N, OH, OW, M) = epilogue(conv(x (N, H, W, C)) + bias [+ z]); x, y, z contiguous."""

@@ -22,7 +22,6 @@ priority. Source: ONNX MatMul-13 / Gemm-13; oneDNN's matmul primitive
 """
 from __future__ import annotations
 
-import threading
 from typing import Optional
 
 import numpy as np
@@ -90,7 +89,7 @@ class PackedGemm:
     """
 
     opaque_to_tracing = True
-    __slots__ = ("k", "n", "weights", "bias", "post_ops", "plain", "epilogue", "slabs", "_primitives", "_lock",
+    __slots__ = ("k", "n", "weights", "bias", "post_ops", "plain", "epilogue", "slabs", "_primitives",
                  "__weakref__")
 
     def __init__(self, weight: np.ndarray, bias: Optional[np.ndarray], post_ops: tuple,
@@ -103,8 +102,7 @@ class PackedGemm:
         cheap = epilogue is None or epilogue.fn is fusions.EPILOGUES["Relu"][0]
         self.plain = np.ascontiguousarray(weight, dtype=F32) if weight.nbytes <= KEEP_PLAIN_BYTES and cheap else None
         self.epilogue = epilogue
-        self._primitives: dict = {}
-        self._lock = threading.Lock()
+        self._primitives = api.PrimitiveCache(MAX_PRIMITIVES)
         probe = self._make(64, self.k, 1, api.MemoryDesc((self.k, self.n), tag=api.ANY))
         self.weights = api.PackedWeights(api.MemoryDesc((self.k, self.n), strides=(self.n, 1)),
                                          np.ascontiguousarray(weight, dtype=F32), probe.mds[1])
@@ -131,18 +129,11 @@ class PackedGemm:
     def primitive(self, m: int, strides: tuple, threads: int) -> tuple:
         """(primitive, pointer of the weights in the layout it reads) for A of ``m`` rows and
         these byte ``strides``."""
-        key = (m, strides, threads)
-        found = self._primitives.get(key)
-        if found is None:
-            row, col = (s // 4 for s in strides)
-            with self._lock:
-                found = self._primitives.get(key)
-                if found is None:
-                    if len(self._primitives) >= MAX_PRIMITIVES:
-                        self._primitives.pop(next(iter(self._primitives)))
-                    found = self._primitives[key] = self.weights.primitive(
-                        lambda md: self._make(m, row if m > 1 else self.k, col, md))
-        return found
+        return self._primitives.get((m, strides, threads), self._packed_primitive, m, strides)
+
+    def _packed_primitive(self, m: int, strides: tuple) -> tuple:
+        row, col = strides[0] // 4, strides[1] // 4
+        return self.weights.primitive(lambda md: self._make(m, row if m > 1 else self.k, col, md))
 
     def _bias_and_epilogue(self, y2: np.ndarray) -> None:
         if self.bias is not None:

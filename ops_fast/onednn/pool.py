@@ -10,7 +10,6 @@ Source: ONNX MaxPool-12, AveragePool-19; oneDNN's pooling primitive.
 """
 from __future__ import annotations
 
-import threading
 
 import numpy as np
 from dynashape.ops_builtin import fusions, nn
@@ -59,12 +58,11 @@ class PoolPlan:
     (``reference``: the numpy kernel's plan where oneDNN is not used)."""
 
     opaque_to_tracing = True
-    __slots__ = ("op", "attrs", "algorithm", "reference", "_primitives", "_lock")
+    __slots__ = ("op", "attrs", "algorithm", "reference", "_primitives")
 
     def __init__(self, op: str, attrs: dict, algorithm, reference):
         self.op, self.attrs, self.algorithm, self.reference = op, attrs, algorithm, reference
-        self._primitives: dict = {}
-        self._lock = threading.Lock()
+        self._primitives = api.PrimitiveCache(MAX_PRIMITIVES)
 
     def _make(self, x_nchw: tuple) -> api.Primitive:
         ctx = InferContext(_Node(self.attrs, POOLS[self.op][0]), POOLS[self.op][1], [x_nchw], [F32], [None])
@@ -80,14 +78,7 @@ class PoolPlan:
                                   api.dims_of(pad_r), None)
 
     def primitive(self, x_nchw: tuple, threads: int) -> api.Primitive:
-        key = (x_nchw, threads)
-        prim = self._primitives.get(key)
-        if prim is None:
-            with self._lock:
-                if len(self._primitives) >= MAX_PRIMITIVES:
-                    self._primitives.pop(next(iter(self._primitives)))
-                prim = self._primitives[key] = self._make(x_nchw)
-        return prim
+        return self._primitives.get((x_nchw, threads), self._make, x_nchw)
 
 
 class _Node:

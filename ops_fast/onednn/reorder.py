@@ -8,7 +8,6 @@ more there. Source: ONNX Transpose-21; oneDNN's reorder primitive.
 """
 from __future__ import annotations
 
-import threading
 
 import numpy as np
 from dynashape.ops_builtin import tensor_ops
@@ -30,24 +29,19 @@ class TransposePlan:
     """The permutation and the reorder primitives made for it per input shape."""
 
     opaque_to_tracing = True
-    __slots__ = ("perm", "_primitives", "_lock")
+    __slots__ = ("perm", "_primitives")
 
     def __init__(self, perm):
         self.perm = tuple(perm)
-        self._primitives: dict = {}
-        self._lock = threading.Lock()
+        self._primitives = api.PrimitiveCache(MAX_PRIMITIVES)
 
     def primitive(self, view: np.ndarray, out: np.ndarray) -> api.Primitive:
-        key = (view.shape, view.strides, out.strides)
-        prim = self._primitives.get(key)
-        if prim is None:
-            with self._lock:
-                if len(self._primitives) >= MAX_PRIMITIVES:
-                    self._primitives.pop(next(iter(self._primitives)))
-                src = api.MemoryDesc.of_array(view.shape, view.strides)
-                dst = api.MemoryDesc.of_array(out.shape, out.strides)
-                prim = self._primitives[key] = api.make_reorder(src, dst)
-        return prim
+        return self._primitives.get((view.shape, view.strides, out.strides), _make, view, out)
+
+
+def _make(view: np.ndarray, out: np.ndarray) -> api.Primitive:
+    return api.make_reorder(api.MemoryDesc.of_array(view.shape, view.strides),
+                            api.MemoryDesc.of_array(out.shape, out.strides))
 
 
 def _accepts(ctx) -> bool:

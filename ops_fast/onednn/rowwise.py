@@ -25,7 +25,6 @@ Softmax-13, Gelu-20; oneDNN's layer normalization, softmax, matmul and eltwise p
 from __future__ import annotations
 
 import math
-import threading
 from typing import NamedTuple, Optional
 import numpy as np
 from dynashape.ops_builtin import fusions, nn, reduction
@@ -51,28 +50,6 @@ def _md(a) -> api.MemoryDesc:
     return api.MemoryDesc.of_array(a.shape, a.strides)
 
 
-class _Primitives:
-    """Primitives of one node per key (shapes, strides, threads), made on first use."""
-
-    opaque_to_tracing = True
-    __slots__ = ("_made", "_lock", "__weakref__")
-
-    def __init__(self):
-        self._made: dict = {}
-        self._lock = threading.Lock()
-
-    def get(self, key, make):
-        prim = self._made.get(key)
-        if prim is None:
-            with self._lock:
-                prim = self._made.get(key)
-                if prim is None:
-                    if len(self._made) >= MAX_PRIMITIVES:
-                        self._made.pop(next(iter(self._made)))
-                    prim = self._made[key] = make()
-        return prim
-
-
 def _f32_and_ready(ctx, i: int = 0) -> bool:
     return ctx.dtype(i) == F32 and ctx.shape(i) is not None and not beside_qdq(ctx) and api.library() is not None
 
@@ -83,7 +60,7 @@ class _NormPlan(NamedTuple):
     axis: int
     eps: float
     fallback: object
-    primitives: _Primitives
+    primitives: api.PrimitiveCache
     scale: Optional[np.ndarray]   # the constant scale and shift as the primitive reads them (None: per call)
     shift: Optional[np.ndarray]
 
@@ -102,7 +79,8 @@ def _layer_norm_prepare(ctx) -> _NormPlan:
         shift = np.zeros_like(scale) if shift is None else np.ascontiguousarray(shift, F32).reshape(-1)
     else:
         scale = shift = None
-    return _NormPlan(axes[0] if axes else len(ctx.shape(0)), eps, prepared, _Primitives(), scale, shift)
+    return _NormPlan(axes[0] if axes else len(ctx.shape(0)), eps, prepared, api.PrimitiveCache(MAX_PRIMITIVES),
+                     scale, shift)
 
 
 @lib.kernel("LayerNormalization", since_version=17, dtypes=[np.float32], priority=PRIORITY,
@@ -124,15 +102,16 @@ def _layer_norm(inputs, outputs, p: _NormPlan):
     else:
         scale = np.ascontiguousarray(scale, F32).reshape(inner)
         shift = np.zeros(inner, F32) if bias is None else np.ascontiguousarray(bias, F32).reshape(inner)
+    p.primitives.get((rows, inner, threads), _layer_norm_primitive, rows, inner, p.eps).execute((x, y, scale, shift))
 
-    def make():
-        data = api.MemoryDesc((rows, inner), strides=(inner, 1))
-        vector = api.MemoryDesc((inner,), strides=(1,))
-        return api.make_primitive("dnnl_layer_normalization_forward_primitive_desc_create",
-                                  (api.ARG_SRC, api.ARG_DST, ARG_SCALE, ARG_SHIFT), (data, data, vector, vector),
-                                  api.FORWARD_INFERENCE, data.handle, data.handle, None, p.eps,
-                                  NORMALIZATION_SCALE | NORMALIZATION_SHIFT, None)
-    p.primitives.get((rows, inner, threads), make).execute((x, y, scale, shift))
+
+def _layer_norm_primitive(rows: int, inner: int, eps: float) -> api.Primitive:
+    data = api.MemoryDesc((rows, inner), strides=(inner, 1))
+    vector = api.MemoryDesc((inner,), strides=(1,))
+    return api.make_primitive("dnnl_layer_normalization_forward_primitive_desc_create",
+                              (api.ARG_SRC, api.ARG_DST, ARG_SCALE, ARG_SHIFT), (data, data, vector, vector),
+                              api.FORWARD_INFERENCE, data.handle, data.handle, None, eps,
+                              NORMALIZATION_SCALE | NORMALIZATION_SHIFT, None)
 
 
 # Softmax -----------------------------------------------------------------------------
@@ -141,16 +120,17 @@ def _softmax_accepts(ctx) -> bool:
     return _f32_and_ready(ctx)
 
 
-def _softmax_run(x: np.ndarray, y: np.ndarray, rows: int, n: int, primitives: _Primitives) -> None:
+def _softmax_run(x: np.ndarray, y: np.ndarray, rows: int, n: int, primitives: api.PrimitiveCache) -> None:
     threads = intra_op_threads()
     api.set_threads(threads)
+    primitives.get((rows, n, threads), _softmax_primitive, rows, n).execute((x, y))
 
-    def make():
-        data = api.MemoryDesc((rows, n), strides=(n, 1))
-        return api.make_primitive("dnnl_softmax_forward_primitive_desc_create", (api.ARG_SRC, api.ARG_DST),
-                                  (data, data), api.FORWARD_INFERENCE, SOFTMAX_ACCURATE, data.handle, data.handle,
-                                  1, None)
-    primitives.get((rows, n, threads), make).execute((x, y))
+
+def _softmax_primitive(rows: int, n: int) -> api.Primitive:
+    data = api.MemoryDesc((rows, n), strides=(n, 1))
+    return api.make_primitive("dnnl_softmax_forward_primitive_desc_create", (api.ARG_SRC, api.ARG_DST),
+                              (data, data), api.FORWARD_INFERENCE, SOFTMAX_ACCURATE, data.handle, data.handle,
+                              1, None)
 
 
 class _SoftmaxPlan(NamedTuple):
@@ -158,11 +138,11 @@ class _SoftmaxPlan(NamedTuple):
     primitives, shared by every signature."""
 
     fallback: object
-    primitives: _Primitives
+    primitives: api.PrimitiveCache
 
 
 @lib.kernel("Softmax", dtypes=[np.float32], priority=PRIORITY, accepts=_softmax_accepts, may_inplace=((0, 0),),
-            prepare=lambda ctx: _SoftmaxPlan(reduction._softmax_prepare(ctx), _Primitives()))
+            prepare=lambda ctx: _SoftmaxPlan(reduction._softmax_prepare(ctx), api.PrimitiveCache(MAX_PRIMITIVES)))
 def _softmax(inputs, outputs, p: _SoftmaxPlan):
     x, y = inputs[0], outputs[0]
     plan = p.fallback
@@ -215,12 +195,12 @@ class _AttentionPlan(NamedTuple):
 
     plan: object
     scale: float
-    primitives: _Primitives
+    primitives: api.PrimitiveCache
 
 
 def _attention_prepare(ctx) -> _AttentionPlan:
     plan = fusions._fused_attention_prepare(ctx)
-    return _AttentionPlan(plan, 1.0 / plan.scale if plan.divide else plan.scale, _Primitives())
+    return _AttentionPlan(plan, 1.0 / plan.scale if plan.divide else plan.scale, api.PrimitiveCache(MAX_PRIMITIVES))
 
 
 def _attention_accepts(ctx) -> bool:
@@ -247,7 +227,7 @@ def _fused_attention(inputs, outputs, p: _AttentionPlan):
     key = (q.shape, q.strides, kt.shape, kt.strides, v.shape, v.strides, None if mask is None else
            (mask.shape, mask.strides), threads)
     try:
-        prims = p.primitives.get(key, lambda: _AttentionPrims(q, kt, v, mask, scores, out, p.scale))
+        prims = p.primitives.get(key, _AttentionPrims, q, kt, v, mask, scores, out, p.scale)
     except api.OneDNNError:   # shapes oneDNN's matmul does not broadcast: the numpy kernel
         fusions._fused_attention(inputs, [out] + list(outputs[1:]), p.plan)
         return
@@ -260,12 +240,13 @@ def _fused_attention(inputs, outputs, p: _AttentionPlan):
 
 class _EltwisePlan(NamedTuple):
     algorithm: str
-    primitives: _Primitives
+    primitives: api.PrimitiveCache
 
 
 @lib.kernel("Gelu", since_version=20, dtypes=[np.float32], priority=PRIORITY, accepts=_softmax_accepts,
             may_inplace=((0, 0),), prepare=lambda ctx: _EltwisePlan(
-                "gelu_tanh" if ctx.attr("approximate", "none") == "tanh" else "gelu_erf", _Primitives()))
+                "gelu_tanh" if ctx.attr("approximate", "none") == "tanh" else "gelu_erf",
+                api.PrimitiveCache(MAX_PRIMITIVES)))
 def _gelu(inputs, outputs, p: _EltwisePlan):
     x, y = inputs[0], outputs[0]
     if x.size < MIN_ELEMENTS or not x.flags.c_contiguous or not y.flags.c_contiguous:
@@ -273,11 +254,12 @@ def _gelu(inputs, outputs, p: _EltwisePlan):
         return
     threads = intra_op_threads()
     api.set_threads(threads)
+    p.primitives.get((x.size, threads), _eltwise_primitive, x.size, p.algorithm).execute((x, y))
 
-    def make():
-        data = api.MemoryDesc((x.size,), strides=(1,))
-        return api.make_primitive("dnnl_eltwise_forward_primitive_desc_create", (api.ARG_SRC, api.ARG_DST),
-                                  (data, data), api.FORWARD_INFERENCE, api.ELTWISE[p.algorithm], data.handle,
-                                  data.handle, 0.0, 0.0, None)
-    p.primitives.get((x.size, threads), make).execute((x, y))
+
+def _eltwise_primitive(size: int, algorithm: str) -> api.Primitive:
+    data = api.MemoryDesc((size,), strides=(1,))
+    return api.make_primitive("dnnl_eltwise_forward_primitive_desc_create", (api.ARG_SRC, api.ARG_DST),
+                              (data, data), api.FORWARD_INFERENCE, api.ELTWISE[algorithm], data.handle,
+                              data.handle, 0.0, 0.0, None)
 

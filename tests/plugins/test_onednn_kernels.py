@@ -551,3 +551,30 @@ def test_a_batch_norm_after_an_activation_runs_channels_last():
     sess = _check(m, [{"x": _rand(n, 3, h, w)} for n, h, w in ((2, 8, 10), (1, 5, 5))], ops={"NhwcConv"},
                   rtol=1e-4, atol=1e-5)
     assert [st.node.node.op_type for st in sess.program.steps].count("Transpose") == 2
+
+
+def test_the_primitive_cache_makes_each_key_once_and_drops_the_oldest():
+    """Every oneDNN kernel keeps its primitives in an api.PrimitiveCache: a key is made once
+    (by make(*args), even with eight threads asking at once), and at capacity the oldest key
+    goes first."""
+    import threading
+    import time
+    made = []
+
+    def make(key, tag):
+        time.sleep(0.01)          # a primitive takes a while to make: the threads overlap
+        made.append(key)
+        return (key, tag)
+
+    cache = api.PrimitiveCache(2)
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(cache.get("a", make, "a", 1))) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert made == ["a"] and got == [("a", 1)] * 8
+    assert cache.get("b", make, "b", 2) == ("b", 2) and cache.get("a", make, "a", 9) == ("a", 1)
+    assert cache.get("c", make, "c", 3) == ("c", 3)          # full: "a", the oldest, is dropped
+    assert cache.get("a", make, "a", 4) == ("a", 4) and made == ["a", "b", "c", "a"]
+    assert cache.get("c", make, "c", 5) == ("c", 3)          # "b" went to make room for "a"; "c" stayed
