@@ -174,8 +174,8 @@ def _kt_shape(ctx) -> Optional[tuple]:
     if k is None or perm is None:
         return k
     if sorted(perm) != list(range(len(k))):
-        raise ValueError(f"FusedAttention: perm_k {list(perm)} is not a permutation of the {len(k)} axes "
-                         f"of input 1 {tuple(k)}")
+        ctx.fail(f"perm_k {list(perm)} is not a permutation of the {len(k)} axes of input 1 {tuple(k)}",
+                 kind="InvalidAttribute")
     return tuple(k[i] for i in perm)
 
 

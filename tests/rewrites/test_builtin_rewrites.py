@@ -432,6 +432,19 @@ def test_the_transpose_that_makes_kt_is_read_as_a_view_by_fused_attention(k_as_o
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+def test_fused_attention_names_a_perm_k_that_is_no_permutation():
+    """perm_k must permute input 1's axes: a bad one is a ShapeInferenceError of kind
+    InvalidAttribute naming it, not a crash inside a kernel; a good one permutes K's shape."""
+    from dynashape.ops_builtin import fusions
+    from dynashape.testing import infer_node
+    q, k, v = np.zeros((1, 2, 3, 4), np.float32), np.zeros((1, 5, 2, 4), np.float32), np.zeros((1, 2, 5, 6), np.float32)
+    shapes, _ = infer_node("FusedAttention", [q, k, v], {"perm_k": [0, 2, 3, 1]}, domain=fusions.DOMAIN, opset=1)
+    assert shapes == [(1, 2, 3, 6)]
+    with pytest.raises(dynashape.ShapeInferenceError, match=r"perm_k \[0, 2, 2, 1\] is not a permutation") as e:
+        infer_node("FusedAttention", [q, k, v], {"perm_k": [0, 2, 2, 1]}, domain=fusions.DOMAIN, opset=1)
+    assert e.value.kind == "InvalidAttribute"
+
+
 # --- coverage --------------------------------------------------------------------------
 
 def _cases_fired() -> set:
