@@ -14,6 +14,7 @@ from .errors import InvalidAttributeError, UndefinedValueError, UnsupportedOpera
 from .model import Graph, Model, Node, ValueInfo, input_dim_exprs
 from .records import OpDef
 from .registry import Registry
+from .weight_arena import WeightArena
 from .weights import release_view
 
 __all__ = ["PreparedNode", "PreparedGraph", "prepare_graph", "input_dims", "release_unread_constants", "as_graph"]
@@ -59,6 +60,8 @@ class PreparedGraph:
     #: stand-in of the same shape and dtype holding no data (``np.broadcast_to`` of one zero),
     #: for per-node inference of the nodes that read them
     packed_away: set[int] = field(default_factory=set)
+    #: the memory the prepacked forms are packed into, in the order they are made (weight_arena.py)
+    weight_arena: WeightArena = field(default_factory=WeightArena)
 
     def constant_type(self, slot: int) -> tuple[Optional[tuple[int, ...]], Optional[np.dtype]]:
         """Shape and dtype of a constant, released or not; (None, None) for other slots."""

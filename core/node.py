@@ -22,6 +22,7 @@ from .limits import allocation_error, check_tensor, is_resource_failure
 from .records import InferContext, KernelDef
 from .registry import Registry
 from .symbolic import Expr, strict_comparisons
+from .weight_arena import aligned_empty
 
 __all__ = [
     "FOLD_LIMIT",
@@ -59,6 +60,11 @@ class NodeServices:
     those that read its outputs (empty outside a compiled program): a kernel's ``accepts``
     may decline where a neighbour needs its exact rounding (a float MatMul between the
     QuantizeLinear / DequantizeLinear pairs of a QDQ model).
+
+    ``weight_buffer(nbytes)`` returns uninitialised memory (``uint8``, 64-byte aligned) for a
+    kernel's ``prepack`` to pack a constant weight into: carved from the prepared graph's
+    weight arena (:mod:`dynashape.weight_arena`: huge-page-backed, the weights in the order the
+    program makes them), or a plain allocation outside a compiled program.
     """
 
     __slots__ = ("opsets", "registry", "_compile_subgraph", "_subgraphs", "_graph", "_neighbours")
@@ -90,6 +96,11 @@ class NodeServices:
                 after = frozenset(t for o in pn.outputs if o >= 0 for t in readers.get(o, ()))
                 self._neighbours[id(pn.node)] = (before, after)
         return self._neighbours.get(id(node), (frozenset(), frozenset()))
+
+    def weight_buffer(self, nbytes: int) -> np.ndarray:
+        """``nbytes`` of uninitialised, 64-byte aligned memory for a packed weight."""
+        arena = getattr(self._graph, "weight_arena", None)
+        return aligned_empty(nbytes) if arena is None else arena.allocate(nbytes)
 
     def subgraph(self, graph) -> Any:
         """The compiled runner of ``graph`` (made on first request, then shared)."""

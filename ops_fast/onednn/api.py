@@ -451,19 +451,26 @@ class PackedWeights:
     not kept. A primitive for new shapes is made for the packed layout first; where only
     oneDNN's reference implementation takes that layout (the best kernel for these shapes
     wants another one: a 1 x 1 image, a single row), the layout it wants is made once
-    from the packed one and kept beside it.
+    from the packed one and kept beside it. ``allocate(nbytes)`` gives the memory of each
+    layout (64-byte aligned ``uint8``: the session's weight arena, ``ctx.services.weight_buffer``);
+    without it each layout is an allocation of its own.
     """
 
-    __slots__ = ("layouts", "_lock")
+    __slots__ = ("layouts", "_lock", "_allocate")
 
-    def __init__(self, plain: MemoryDesc, data, packed: MemoryDesc):
+    def __init__(self, plain: MemoryDesc, data, packed: MemoryDesc, allocate=None):
         self.layouts: list = []       # (MemoryDesc, aligned buffer, pointer)
         self._lock = threading.Lock()
+        self._allocate = allocate
         self._add(packed, lambda dst: reorder(plain, packed, data.ctypes.data, dst))
 
     def _add(self, md: MemoryDesc, fill) -> int:
-        buf = np.empty(md.nbytes + 64, np.uint8)
-        pointer = buf.ctypes.data + (-buf.ctypes.data) % 64
+        if self._allocate is not None:
+            buf = self._allocate(md.nbytes)
+            pointer = buf.ctypes.data
+        else:
+            buf = np.empty(md.nbytes + 64, np.uint8)
+            pointer = buf.ctypes.data + (-buf.ctypes.data) % 64
         fill(pointer)
         self.layouts.append((md, buf, pointer))
         return pointer

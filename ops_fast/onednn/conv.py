@@ -28,7 +28,7 @@ from dynashape.records import InferContext, OpLibrary, same_dtype
 from dynashape.threads import intra_op_threads
 
 from . import api
-from .gemm import ACTIVATIONS, PRIORITY, eltwise_post_ops
+from .gemm import ACTIVATIONS, PRIORITY, eltwise_post_ops, weight_memory
 
 lib = OpLibrary()
 
@@ -134,7 +134,7 @@ class PackedConv:
         probe = self._make(self._probe_shape(ctx.shape(0)), api.MemoryDesc(dims, tag=api.ANY))
         strides = [int(np.prod(dims[i + 1:])) for i in range(len(dims))]
         self.weights = api.PackedWeights(api.MemoryDesc(dims, strides=strides), np.ascontiguousarray(w, dtype=F32),
-                                         probe.mds[1])
+                                         probe.mds[1], weight_memory(ctx))
 
     def _weight_dims(self) -> tuple:
         kh, kw = self.kernel

@@ -93,7 +93,7 @@ class PackedGemm:
                  "__weakref__")
 
     def __init__(self, weight: np.ndarray, bias: Optional[np.ndarray], post_ops: tuple,
-                 epilogue: Optional[fusions.Epilogue] = None):
+                 epilogue: Optional[fusions.Epilogue] = None, allocate=None):
         k, n = weight.shape
         self.k, self.n = int(k), int(n)
         self.post_ops = post_ops
@@ -105,7 +105,7 @@ class PackedGemm:
         self._primitives = api.PrimitiveCache(MAX_PRIMITIVES)
         probe = self._make(64, self.k, 1, api.MemoryDesc((self.k, self.n), tag=api.ANY))
         self.weights = api.PackedWeights(api.MemoryDesc((self.k, self.n), strides=(self.n, 1)),
-                                         np.ascontiguousarray(weight, dtype=F32), probe.mds[1])
+                                         np.ascontiguousarray(weight, dtype=F32), probe.mds[1], allocate)
         # one row (a decode step) streams the packed weight through the numba loop, where it can
         streams = gemv is not None and weight.nbytes >= GEMV_MIN_BYTES and (not post_ops or epilogue)
         self.slabs = _slabs(self.weights) if streams else None
@@ -195,6 +195,12 @@ def _slabs(weights: api.PackedWeights) -> Optional[np.ndarray]:
     return buf[start:start + rows * cols * 4].view(np.float32).reshape(cols // bn, rows, bn)
 
 
+def weight_memory(ctx):
+    """Where a prepacked weight goes: the session's weight arena (``ctx.services.weight_buffer``),
+    or None (an allocation of its own) where the node runs outside an engine."""
+    return None if ctx.services is None else ctx.services.weight_buffer
+
+
 def _weight(ctx, trans_b: bool) -> Optional[np.ndarray]:
     w = ctx.value(1)
     if w is None or w.dtype != F32 or w.ndim != 2:
@@ -235,7 +241,7 @@ def _matmul_accepts(ctx) -> bool:
 
 
 def _matmul_prepack(ctx) -> PackedGemm:
-    return PackedGemm(_weight(ctx, False), None, ())
+    return PackedGemm(_weight(ctx, False), None, (), allocate=weight_memory(ctx))
 
 
 def _prepared(ctx, make) -> PackedGemm:
@@ -291,7 +297,7 @@ def _gemm_prepack(ctx) -> PackedGemm:
     alpha = float(ctx.attr("alpha", 1.0))
     if alpha != 1.0:
         w = (w.astype(np.float64) * alpha).astype(F32)
-    return PackedGemm(w, _gemm_bias(ctx, w.shape[1])[1], ())
+    return PackedGemm(w, _gemm_bias(ctx, w.shape[1])[1], (), allocate=weight_memory(ctx))
 
 
 @lib.kernel("Gemm", since_version=7, dtypes=[np.float32], priority=PRIORITY, accepts=_gemm_accepts,
@@ -323,7 +329,7 @@ def _fused_prepack(ctx) -> PackedGemm:
     w = _weight(ctx, bool(ctx.attr("transB", 0)))
     bias = ctx.value(2) if ctx.has_input(2) else None
     return PackedGemm(w, bias, eltwise_post_ops(ctx.attr("activation", ""), ctx.attr("activation_params", [])),
-                      fusions.epilogue(ctx))
+                      fusions.epilogue(ctx), weight_memory(ctx))
 
 
 @lib.kernel("FusedMatMul", domain=fusions.DOMAIN, dtypes=[np.float32], priority=PRIORITY, accepts=_fused_accepts,

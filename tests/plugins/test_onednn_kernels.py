@@ -128,6 +128,24 @@ def test_matmul_rows_into_a_strided_output_go_through_a_contiguous_buffer(rows):
     assert np.isnan(out[..., 1::2]).all()
 
 
+def test_the_packed_weights_follow_each_other_in_the_sessions_weight_arena():
+    """Each packed weight is carved from the prepared graph's weight arena, in the order the
+    program runs the nodes (the stream a small-row run reads), and the results stay right."""
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h1"]), helper.make_node("Relu", ["h1"], ["r"]),
+             helper.make_node("MatMul", ["r", "w2"], ["h2"]),
+             helper.make_node("Gemm", ["h2", "w3", "b3"], ["y"], transB=1)]
+    inits = [("w1", _rand(96, 128, scale=0.1)), ("w2", _rand(128, 80, scale=0.1)), ("w3", _rand(72, 80, scale=0.1)),
+             ("b3", _rand(72))]
+    m = _model(nodes, [("x", ["a", 96])], inits)
+    sess = _check(m, [{"x": _rand(a, 96)} for a in (16, 1, 200)], ops={"MatMul", "Gemm"})
+    packed = [st.prepacked.weights.layouts[0] for st in sess.program.steps if st.prepacked is not None]
+    assert len(packed) == 3
+    pointers = [pointer for _, _, pointer in packed]
+    sizes = [md.nbytes + (-md.nbytes) % 64 for md, _, _ in packed]
+    assert [b - a for a, b in zip(pointers, pointers[1:])] == sizes[:-1]
+    assert sess.graph.weight_arena.handed_out == sum(md.nbytes for md, _, _ in packed)
+
+
 def test_a_weight_read_by_another_node_is_kept():
     w = _rand(64, 96)
     nodes = [helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("Add", ["w", "x2"], ["s"])]
