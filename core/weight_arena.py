@@ -9,8 +9,9 @@ every 4 KiB of the stream; on MiniLM-L6 at batch 1, 16 tokens that cost ~10% of 
 advised ``MADV_HUGEPAGE`` take one TLB entry per 2 MiB, and the next node's weight follows
 the previous one in memory.
 
-Memory: a chunk is reserved, not touched; only the bytes handed out become resident (a
-partly used huge page at most beyond them per chunk). The chunks live as long as the
+Memory: a chunk is reserved, not touched; only the bytes handed out become resident (at
+most the rest of the huge page the last of them ends in, per shared chunk: a buffer with a
+chunk of its own has its tail on small pages). The chunks live as long as the
 weights carved from them (each handed-out array is a view that keeps its chunk alive), so an
 arena owned by a prepared graph goes with its session.
 """
@@ -99,10 +100,11 @@ class WeightArena:
             return self._chunk[start:start + nbytes]
 
     def _new_chunk(self, nbytes: int) -> np.ndarray:
-        usable = nbytes + (-nbytes) % HUGE_PAGE
-        raw = np.empty(usable + HUGE_PAGE, np.uint8)
+        # huge pages only where they are whole: the tail of a chunk of its own stays on small
+        # pages, or the huge page it ends in would make up to 2 MiB past the weight resident
+        raw = np.empty(nbytes + HUGE_PAGE, np.uint8)
         start = (-raw.ctypes.data) % HUGE_PAGE
-        chunk = raw[start:start + usable]
-        _madvise_hugepage(chunk.ctypes.data, usable)
+        chunk = raw[start:start + nbytes]
+        _madvise_hugepage(chunk.ctypes.data, nbytes - nbytes % HUGE_PAGE)
         self.reserved += raw.nbytes
         return chunk

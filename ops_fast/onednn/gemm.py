@@ -50,10 +50,12 @@ MAX_PRIMITIVES = 64
 KEEP_PLAIN_BYTES = 256 << 10
 #: the multiply-adds (M * K * N) from which a product runs oneDNN rather than numpy
 MIN_WORK = 1 << 21
-#: the smallest packed weight a single row streams through the numba loop (loops/gemv): a
-#: smaller one stays in the caches between runs, where oneDNN's primitive is as fast, and a
-#: model whose weights are all smaller (an encoder's pooler) never loads numba (~120 MB)
-GEMV_MIN_BYTES = 2 << 20
+#: the smallest packed weight a single row streams through the numba loop (loops/gemv): more
+#: than 4 MiB. Below, oneDNN's primitive measured as fast (gpt2's 768 x 768 projections, a
+#: SmolLM's 576 x 1536 MLP in a decode step), and a model whose one-row products are all
+#: smaller never loads numba (~70 MB resident): an encoder's square pooler up to hidden 1024
+#: (BERT-base's 2.4 MB one made BERT's peak RSS 5% over onnxruntime's)
+GEMV_MIN_BYTES = (4 << 20) + 1
 
 #: FusedMatMul's activation (fusions.EPILOGUES) -> oneDNN eltwise post-op (alpha, beta from params)
 ACTIVATIONS = {

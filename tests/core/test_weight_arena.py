@@ -63,15 +63,14 @@ def test_concurrent_allocations_never_overlap():
     got: list = []
 
     def grab():
-        mine = [arena.allocate(1000 + 64 * (i % 7)) for i in range(200)]
-        got.extend((b.ctypes.data, b.ctypes.data + b.nbytes) for b in mine)
+        got.extend(arena.allocate(1000 + 64 * (i % 7)) for i in range(200))   # (kept alive)
 
     threads = [threading.Thread(target=grab) for _ in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    spans = sorted(got)
+    spans = sorted((b.ctypes.data, b.ctypes.data + b.nbytes) for b in got)
     assert len(spans) == 800
     assert all(end <= nxt for (_, end), (nxt, _) in zip(spans, spans[1:]))
 

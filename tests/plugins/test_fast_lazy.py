@@ -113,16 +113,18 @@ print(json.dumps({"numba": "numba" in sys.modules, "exact": bool(np.allclose(y, 
 @needs_fast
 def test_a_one_row_product_loads_numba_only_for_a_weight_out_of_the_caches():
     """The oneDNN MatMul streams a single row through the numba loop (loops/gemv) only
-    against a weight of GEMV_MIN_BYTES or more: an encoder's 384 x 384 pooler loads no numba."""
+    against a weight of more than 4 MiB (GEMV_MIN_BYTES): an encoder's pooler (384 x 384,
+    BERT-base's 768 x 768, BERT-large's 1024 x 1024) loads no numba."""
     from dynashape.ops_fast import onednn
     from dynashape.ops_fast.onednn import api
     if not onednn.enabled():
         pytest.skip("the oneDNN kernels are off (DYNASHAPE_ONEDNN=0)")
     if api.library() is None:
         pytest.skip(api.unavailable_reason())
-    small = _in_fresh_process(_ONE_ROW, "384", "384")
-    assert small == {"numba": False, "exact": True, "plugin": "onednn"}
-    large = _in_fresh_process(_ONE_ROW, "768", "768")
+    for k, n in (("384", "384"), ("1024", "1024")):
+        small = _in_fresh_process(_ONE_ROW, k, n)
+        assert small == {"numba": False, "exact": True, "plugin": "onednn"}
+    large = _in_fresh_process(_ONE_ROW, "768", "2304")
     assert large == {"numba": True, "exact": True, "plugin": "onednn"}
 
 
