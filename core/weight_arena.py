@@ -18,6 +18,7 @@ arena owned by a prepared graph goes with its session.
 from __future__ import annotations
 
 import ctypes
+import functools
 import sys
 import threading
 from typing import Optional
@@ -44,16 +45,15 @@ def _madvise_hugepage(address: int, length: int) -> None:
         libc.madvise(ctypes.c_void_p(address), ctypes.c_size_t(length), ctypes.c_int(MADV_HUGEPAGE))
 
 
-_LIBC: list = []
-
-
+@functools.lru_cache(maxsize=None)
 def _libc() -> Optional[ctypes.CDLL]:
-    if not _LIBC:
-        try:
-            _LIBC.append(ctypes.CDLL(None) if sys.platform.startswith("linux") else None)
-        except OSError:
-            _LIBC.append(None)
-    return _LIBC[0]
+    """The C library of this process (Linux), None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None)
+    except OSError:
+        return None
 
 
 def aligned_empty(nbytes: int) -> np.ndarray:
