@@ -613,11 +613,15 @@ def _flat_rows(data_shape, idx, b: int, node: str) -> np.ndarray:
     against its own dim (GatherIndexOutOfRange), then one dot with the dims' strides. Few
     numpy calls: at the sizes of a mask lookup (16 rows) each costs more than the data."""
     dims = data_shape[b:b + idx.shape[-1]]
-    if idx.min() < 0:
+    given = idx
+    low = idx.min(axis=(0, 1)).tolist()
+    if min(low) < 0:
         idx = idx + (idx < 0) * np.asarray(dims, dtype=np.int64)
-    low, high = idx.min(axis=(0, 1)).tolist(), idx.max(axis=(0, 1)).tolist()
+        low = idx.min(axis=(0, 1)).tolist()
+    high = idx.max(axis=(0, 1)).tolist()
     if min(low) < 0 or any(h >= d for h, d in zip(high, dims)):
-        _nd_index(data_shape, idx, node, "GatherND", "GatherIndexOutOfRange", b)   # raises, naming the index
+        # raises, naming the index as given (wrapped once more, -5 on a dim of 4 would pass)
+        _nd_index(data_shape, given, node, "GatherND", "GatherIndexOutOfRange", b)
     strides = [math.prod(dims[j + 1:]) for j in range(len(dims))]
     flat = idx @ np.asarray(strides, dtype=np.int64)
     if idx.shape[0] > 1:

@@ -474,6 +474,8 @@ def test_gather_nd_takes_index_rows_as_rows_of_the_flattened_data():
     with pytest.raises(dynashape.ShapeInferenceError, match="index 5 is out of range") as e:
         run_node("GatherND", [f32(3, 4), np.array([[0, 5]], np.int64)])
     assert e.value.kind == "GatherIndexOutOfRange"
+    with pytest.raises(dynashape.ShapeInferenceError, match="out of range"):   # -5 wraps to -1
+        run_node("GatherND", [f32(3, 4), np.array([[0, -5]], np.int64)])
 
 
 def test_gather_nd_errors_and_opset11():
