@@ -99,8 +99,9 @@ class NodeServices:
 
     def weight_buffer(self, nbytes: int) -> np.ndarray:
         """``nbytes`` of uninitialised, 64-byte aligned memory for a packed weight."""
-        arena = getattr(self._graph, "weight_arena", None)
-        return aligned_empty(nbytes) if arena is None else arena.allocate(nbytes)
+        if self._graph is None:
+            return aligned_empty(nbytes)
+        return self._graph.weight_arena.allocate(nbytes)
 
     def subgraph(self, graph) -> Any:
         """The compiled runner of ``graph`` (made on first request, then shared)."""

@@ -73,14 +73,13 @@ class WeightArena:
     cannot reserve the chunk.
     """
 
-    __slots__ = ("chunk_bytes", "_chunk", "_used", "_lock", "reserved", "handed_out")
+    __slots__ = ("chunk_bytes", "_chunk", "_used", "_lock", "handed_out")
 
     def __init__(self, chunk_bytes: int = CHUNK_BYTES):
         self.chunk_bytes = int(chunk_bytes)
         self._chunk: Optional[np.ndarray] = None     # the 2 MiB-aligned usable part of the current chunk
         self._used = 0
         self._lock = threading.Lock()
-        self.reserved = 0           # bytes of address space reserved by the chunks, total
         self.handed_out = 0         # bytes handed out, total
 
     def allocate(self, nbytes: int) -> np.ndarray:
@@ -106,5 +105,4 @@ class WeightArena:
         start = (-raw.ctypes.data) % HUGE_PAGE
         chunk = raw[start:start + nbytes]
         _madvise_hugepage(chunk.ctypes.data, nbytes - nbytes % HUGE_PAGE)
-        self.reserved += raw.nbytes
         return chunk

@@ -33,7 +33,7 @@ from functools import lru_cache
 from importlib import metadata
 from typing import NamedTuple, Optional, Sequence
 
-import numpy as np
+from dynashape.weight_arena import aligned_empty
 
 __all__ = ["OneDNNError", "UNIMPLEMENTED", "library", "unavailable_reason", "MemoryDesc", "Primitive",
            "PackedWeights", "make_reorder", "reorder", "post_ops_attr", "set_threads", "F32", "ANY", "dims_of"]
@@ -453,7 +453,7 @@ class PackedWeights:
     wants another one: a 1 x 1 image, a single row), the layout it wants is made once
     from the packed one and kept beside it. ``allocate(nbytes)`` gives the memory of each
     layout (64-byte aligned ``uint8``: the session's weight arena, ``ctx.services.weight_buffer``);
-    without it each layout is an allocation of its own.
+    without it each layout is an allocation of its own (``aligned_empty``).
     """
 
     __slots__ = ("layouts", "_lock", "_allocate")
@@ -461,16 +461,12 @@ class PackedWeights:
     def __init__(self, plain: MemoryDesc, data, packed: MemoryDesc, allocate=None):
         self.layouts: list = []       # (MemoryDesc, aligned buffer, pointer)
         self._lock = threading.Lock()
-        self._allocate = allocate
+        self._allocate = aligned_empty if allocate is None else allocate
         self._add(packed, lambda dst: reorder(plain, packed, data.ctypes.data, dst))
 
     def _add(self, md: MemoryDesc, fill) -> int:
-        if self._allocate is not None:
-            buf = self._allocate(md.nbytes)
-            pointer = buf.ctypes.data
-        else:
-            buf = np.empty(md.nbytes + 64, np.uint8)
-            pointer = buf.ctypes.data + (-buf.ctypes.data) % 64
+        buf = self._allocate(md.nbytes)
+        pointer = buf.ctypes.data
         fill(pointer)
         self.layouts.append((md, buf, pointer))
         return pointer

@@ -10,7 +10,6 @@ Source: ONNX MaxPool-12, AveragePool-19; oneDNN's pooling primitive.
 """
 from __future__ import annotations
 
-
 import numpy as np
 from dynashape.ops_builtin import fusions, nn
 from dynashape.records import InferContext, OpLibrary, same_dtype

@@ -8,7 +8,6 @@ more there. Source: ONNX Transpose-21; oneDNN's reorder primitive.
 """
 from __future__ import annotations
 
-
 import numpy as np
 from dynashape.ops_builtin import tensor_ops
 from dynashape.records import OpLibrary
