@@ -25,7 +25,7 @@ from typing import Optional
 import numpy as np
 from dynashape.dtypes import np_dtype
 from dynashape.records import OpLibrary
-from dynashape.rewrite import Match, const, op, value
+from dynashape.rewrite import Match, Pattern, const, op, value
 
 from .fusions import DOMAIN, EPILOGUES
 
@@ -379,27 +379,44 @@ _ACTIVATION_OPS = ("Relu", "Sigmoid", "Tanh", "HardSwish", "LeakyRelu", "HardSig
 
 
 def _absorb(m: Match, fused_op: str, attrs: dict):
+    """The matched ``inner`` node with the activation ``act`` as its epilogue; where a Reshape
+    (``view``) stands between them, the Reshape then follows the fused node: an elementwise
+    activation commutes with relabelling the shape (transformers' Conv1D, GPT-2's MLP, runs
+    ``Gemm`` on the flattened rows and reshapes before its Gelu)."""
     act = _activation_of(m, "act")
     inner = m.node("inner")
     if act is None or inner.attrs.get("activation") or not _is_float(m, inner.outputs[0]):
         return None
     assert act[0] in EPILOGUES
     attrs.update(activation=act[0], activation_params=act[1])
-    return [m.make(fused_op, list(inner.inputs), domain=DOMAIN, name=inner.name, **attrs)]
+    view = m.nodes.get("view")
+    if view is None:
+        return [m.make(fused_op, list(inner.inputs), domain=DOMAIN, name=inner.name, **attrs)]
+    fused = m.fresh(inner.outputs[0])
+    return [m.make(fused_op, list(inner.inputs), [fused], domain=DOMAIN, name=inner.name, **attrs),
+            m.make(view.op_type, [fused, *view.inputs[1:]], opset=view.opset, name=view.name, **view.attrs)]
 
 
-def _register_absorbing(inner_op: str, inner_domain: str, fused_op: str) -> None:
+def _activation_patterns(inner: Pattern, views: tuple):
+    """(name suffix, description, pattern) of each activation read straight from ``inner`` or
+    through one of the ``views`` of it."""
     for t in _ACTIVATION_OPS:
-        extra = (const(), const()) if t == "Clip" else ()
         for n_extra in ({0, 2} if t == "Clip" else {0}):
-            pattern = op(t, op(inner_op, value(), value(), name="inner", domain=inner_domain, more_inputs=True),
-                         *extra[:n_extra], name="act")
+            suffix = f"_{n_extra}" if t == "Clip" else ""
+            for through in ("",) + views:
+                src = op(through, inner, value(), name="view") if through else inner
+                tail = f"_through_{through.lower()}" if through else ""
+                how = f"{t} after {through} of " if through else f"{t} after "
+                yield f"_{t.lower()}{suffix}{tail}", how, op(t, src, *(const(), const())[:n_extra], name="act")
 
-            def build(m: Match):
-                return _absorb(m, fused_op, dict(m.node("inner").attrs))
-            suffix = "" if n_extra == 0 and t != "Clip" else f"_{n_extra}"
-            lib.rewrite(f"{fused_op.lower()}_{inner_op.lower()}_{t.lower()}{suffix}", pattern, priority=10,
-                        description=f"{t} after {inner_op} -> {fused_op}(activation={t})")(build)
+
+def _register_absorbing(inner_op: str, inner_domain: str, fused_op: str, views: tuple = ()) -> None:
+    inner = op(inner_op, value(), value(), name="inner", domain=inner_domain, more_inputs=True)
+    for suffix, how, pattern in _activation_patterns(inner, views):
+        def build(m: Match):
+            return _absorb(m, fused_op, dict(m.node("inner").attrs))
+        lib.rewrite(f"{fused_op.lower()}_{inner_op.lower()}{suffix}", pattern, priority=10,
+                    description=f"{how}{inner_op} -> {fused_op}(activation=...)")(build)
 
 
 def _gemm_as_matmul(m: Match) -> Optional[dict]:
@@ -416,21 +433,17 @@ def _gemm_as_matmul(m: Match) -> Optional[dict]:
 
 
 def _register_gemm_absorbing() -> None:
-    for t in _ACTIVATION_OPS:
-        for n_extra in ({0, 2} if t == "Clip" else {0}):
-            pattern = op(t, op("Gemm", value(), value(), name="inner", more_inputs=True),
-                         *(const(), const())[:n_extra], name="act")
-
-            def build(m: Match):
-                attrs = _gemm_as_matmul(m)
-                return None if attrs is None else _absorb(m, "FusedMatMul", attrs)
-            suffix = f"_{n_extra}" if t == "Clip" else ""
-            lib.rewrite(f"fusedmatmul_gemm_{t.lower()}{suffix}", pattern, priority=10,
-                        description=f"{t} after Gemm (alpha = beta = 1) -> FusedMatMul(activation={t})")(build)
+    inner = op("Gemm", value(), value(), name="inner", more_inputs=True)
+    for suffix, how, pattern in _activation_patterns(inner, ("Reshape",)):
+        def build(m: Match):
+            attrs = _gemm_as_matmul(m)
+            return None if attrs is None else _absorb(m, "FusedMatMul", attrs)
+        lib.rewrite(f"fusedmatmul_gemm{suffix}", pattern, priority=10,
+                    description=f"{how}Gemm (alpha = beta = 1) -> FusedMatMul(activation=...)")(build)
 
 
 _register_absorbing("Conv", "", "FusedConv")
-_register_absorbing("FusedMatMul", DOMAIN, "FusedMatMul")
+_register_absorbing("FusedMatMul", DOMAIN, "FusedMatMul", ("Reshape",))
 _register_gemm_absorbing()
 
 

@@ -406,6 +406,16 @@ def make_primitive(create: str, args: Sequence[int], mds: Sequence[MemoryDesc], 
     return Primitive(pd, args, mds)
 
 
+def make_eltwise(size: int, algorithm: str, alpha: float = 0.0, beta: float = 0.0) -> Primitive:
+    """The forward-inference eltwise primitive ``algorithm`` (a key of :data:`ELTWISE`, with
+    oneDNN's ``alpha`` / ``beta``) over ``size`` contiguous float32 elements; execute with the
+    source and destination pointers (the same one: in place)."""
+    data = MemoryDesc((size,), strides=(1,))
+    return make_primitive("dnnl_eltwise_forward_primitive_desc_create", (ARG_SRC, ARG_DST), (data, data),
+                          FORWARD_INFERENCE, ELTWISE[algorithm], data.handle, data.handle, float(alpha),
+                          float(beta), None)
+
+
 def make_reorder(src: MemoryDesc, dst: MemoryDesc) -> Primitive:
     """The primitive copying data of layout ``src`` into layout ``dst`` (execute with the
     source and destination pointers)."""

@@ -109,7 +109,7 @@ class PackedGemm:
         self.weights = api.PackedWeights(api.MemoryDesc((self.k, self.n), strides=(self.n, 1)),
                                          np.ascontiguousarray(weight, dtype=F32), probe.mds[1], allocate)
         # one row (a decode step) streams the packed weight through the numba loop, where it can
-        streams = gemv is not None and weight.nbytes >= GEMV_MIN_BYTES and (not post_ops or epilogue)
+        streams = gemv is not None and weight.nbytes >= GEMV_MIN_BYTES and all(p[0] == "eltwise" for p in post_ops)
         self.slabs = _slabs(self.weights) if streams else None
 
     @property
@@ -143,6 +143,16 @@ class PackedGemm:
         if self.epilogue is not None:
             self.epilogue(y2)
 
+    def _row_epilogue(self, y: np.ndarray, threads: int) -> None:
+        """Bias and activation of the row the numba loop wrote, in place: the activation as
+        the oneDNN eltwise primitive of the post-op the many-row primitives fuse (the same
+        function, so one row and many agree; numpy's tanh Gelu takes nine passes)."""
+        if self.bias is not None:
+            np.add(y, self.bias, out=y)
+        for _, algorithm, alpha, beta in self.post_ops:
+            self._primitives.get(("eltwise", threads), api.make_eltwise, self.n, algorithm, alpha,
+                                 beta).execute((y, y))
+
     def run(self, a2: np.ndarray, y2: np.ndarray, a=None, y=None) -> None:
         """``y2 (M, N) = epilogue(a2 (M, K) @ W + bias)``; y2 C-contiguous, a2 any strides.
         ``a`` / ``y``: the arrays a2 / y2 are views of with the same data pointer (the planned
@@ -154,12 +164,12 @@ class PackedGemm:
             np.matmul(a2, self.plain, out=y2)
             self._bias_and_epilogue(y2)
             return
-        if m == 1 and self.slabs is not None:
-            gemv.gemv_slabs(np.ascontiguousarray(a2[0]), self.slabs, y2[0])
-            self._bias_and_epilogue(y2)
-            return
         threads = intra_op_threads()
         api.set_threads(threads)
+        if m == 1 and self.slabs is not None:
+            gemv.gemv_slabs(np.ascontiguousarray(a2[0]), self.slabs, y2[0])
+            self._row_epilogue(y2[0], threads)
+            return
         try:
             prim, weights = self.primitive(m, a2.strides, threads)
         except api.OneDNNError as exc:

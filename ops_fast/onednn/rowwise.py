@@ -254,12 +254,4 @@ def _gelu(inputs, outputs, p: _EltwisePlan):
         return
     threads = intra_op_threads()
     api.set_threads(threads)
-    p.primitives.get((x.size, threads), _eltwise_primitive, x.size, p.algorithm).execute((x, y))
-
-
-def _eltwise_primitive(size: int, algorithm: str) -> api.Primitive:
-    data = api.MemoryDesc((size,), strides=(1,))
-    return api.make_primitive("dnnl_eltwise_forward_primitive_desc_create", (api.ARG_SRC, api.ARG_DST),
-                              (data, data), api.FORWARD_INFERENCE, api.ELTWISE[algorithm], data.handle,
-                              data.handle, 0.0, 0.0, None)
-
+    p.primitives.get((x.size, threads), api.make_eltwise, x.size, p.algorithm).execute((x, y))

@@ -96,10 +96,11 @@ def test_matmul_of_a_vector_and_of_four_dims():
 
 @THREADS
 @pytest.mark.parametrize("k,n", [(768, 2304), (100, 41), (5000, 70), (17, 1000)])
-@pytest.mark.parametrize("activation", [None, "Relu", "tanh"])
+@pytest.mark.parametrize("activation", [None, "Relu", "tanh", "LeakyRelu", "HardSigmoid"])
 def test_one_row_streams_the_packed_weight_through_the_column_block_loop(k, n, activation, threads, monkeypatch):
     """A decode step's single row: the numba loop over the packed weight's column blocks (rows
-    and columns padded), then the bias and the activation; more rows take oneDNN's primitive."""
+    and columns padded), then the bias and the activation (oneDNN's eltwise primitive of the
+    post-op, its alpha and beta too); more rows take oneDNN's primitive."""
     from dynashape.ops_fast.onednn import gemm
     if gemm.gemv is None:
         pytest.skip("numba is not installed")
@@ -110,6 +111,10 @@ def test_one_row_streams_the_packed_weight_through_the_column_block_loop(k, n, a
         nodes.append(helper.make_node("Relu", ["a"], ["y"]))
     elif activation == "tanh":
         nodes.append(helper.make_node("Gelu", ["a"], ["y"], approximate="tanh"))
+    elif activation == "LeakyRelu":
+        nodes.append(helper.make_node("LeakyRelu", ["a"], ["y"], alpha=0.1))
+    elif activation == "HardSigmoid":
+        nodes.append(helper.make_node("HardSigmoid", ["a"], ["y"], alpha=0.25, beta=0.4))
     m = _model(nodes, [("x", ["a", "b", k])], [("w", _rand(k, n, scale=k ** -0.5)), ("b", _rand(n))], opset=20)
     feeds = [{"x": _rand(a, b, k)} for a, b in ((1, 1), (2, 3), (1, 1), (1, 0))]
     sess = _check(m, feeds, ops={"FusedMatMul"}, threads=threads)

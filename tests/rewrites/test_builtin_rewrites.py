@@ -346,6 +346,49 @@ def test_gemm_activation_fuses(op_type, attrs, trans_b):
     check(g.model(y), f"fusedmatmul_gemm_{op_type.lower()}")
 
 
+def _reshaped(g: G, y: str, shape) -> str:
+    return g.op("Reshape", y, g.const(np.array(shape), np.int64))
+
+
+def _clip_suffix(attrs) -> str:
+    return "_2" if attrs == "inputs" else ""
+
+
+@pytest.mark.parametrize("op_type,attrs", ACTIVATIONS)
+def test_an_activation_after_a_reshape_of_a_gemm_fuses_and_the_reshape_follows(op_type, attrs):
+    """GPT-2's MLP (transformers' Conv1D): Gemm on the flattened rows, Reshape back, Gelu."""
+    g = G(opset=20)
+    y = _activation(g, _reshaped(g, _gemm(g, g.input("x", ["batch", 8])), [-1, 2, 3]), op_type, attrs)
+    counts = check(g.model(y), "fusedmatmul_gemm")
+    assert counts == {f"fusedmatmul_gemm_{op_type.lower()}{_clip_suffix(attrs)}_through_reshape": 1}
+
+
+@pytest.mark.parametrize("op_type,attrs", ACTIVATIONS)
+def test_an_activation_after_a_reshape_of_a_fused_matmul_fuses(op_type, attrs):
+    g = G(opset=20)
+    y = _activation(g, _reshaped(g, _linear(g, g.input("x", X)), [0, 0, 3, 2]), op_type, attrs)
+    counts = check(g.model(y), "fusedmatmul_fusedmatmul")
+    assert f"fusedmatmul_fusedmatmul_{op_type.lower()}{_clip_suffix(attrs)}_through_reshape" in counts
+
+
+def test_a_clip_without_bounds_after_a_reshape_fuses():
+    g = G(opset=11)
+    y = g.op("Clip", _reshaped(g, _linear(g, g.input("x", X)), [0, -1]))
+    assert "fusedmatmul_fusedmatmul_clip_0_through_reshape" in check(g.model(y), "fusedmatmul")
+    g = G(opset=11)
+    y = g.op("Clip", _reshaped(g, _gemm(g, g.input("x", ["batch", 8])), [-1, 3, 2]))
+    assert check(g.model(y), "fusedmatmul") == {"fusedmatmul_gemm_clip_0_through_reshape": 1}
+
+
+def test_a_reshape_read_twice_keeps_the_activation_apart():
+    g = G(opset=13)
+    r = _reshaped(g, _gemm(g, g.input("x", ["batch", 8])), [-1, 2, 3])
+    check(g.model(g.op("Relu", r), r), None)
+    g = G(opset=13)
+    h = _gemm(g, g.input("x", ["batch", 8]))
+    check(g.model(g.op("Relu", _reshaped(g, h, [-1, 3, 2])), h), None)   # the Gemm's output read too
+
+
 def test_gemm_with_alpha_or_transposed_a_keeps_its_activation_apart():
     g = G(opset=13)
     y = g.op("Relu", _gemm(g, g.input("x", ["batch", 8]), alpha=2.0))
@@ -476,6 +519,12 @@ def _cases_fired() -> set:
         models.append(g.model(_activation(g, _linear(g, g.input("x", X)), op_type, attrs)))
         g = G(opset=20)
         models.append(g.model(_activation(g, _gemm(g, g.input("x", ["batch", 8])), op_type, attrs)))
+        g = G(opset=20)
+        models.append(g.model(_activation(g, _reshaped(g, _gemm(g, g.input("x", ["batch", 8])), [-1, 2, 3]),
+                                          op_type, attrs)))
+        g = G(opset=20)
+        models.append(g.model(_activation(g, _reshaped(g, _linear(g, g.input("x", X)), [0, 0, 3, 2]),
+                                          op_type, attrs)))
     for opset in (6,):
         g = G(opset=opset)
         models.append(g.model(g.op("Clip", _conv(g, g.input("x", IMG)), min=0.0, max=6.0)))
@@ -483,6 +532,10 @@ def _cases_fired() -> set:
         models.append(g.model(g.op("Clip", _linear(g, g.input("x", X)), min=0.0, max=6.0)))
     g = G(opset=11)
     models.append(g.model(g.op("Clip", _gemm(g, g.input("x", ["batch", 8])))))
+    g = G(opset=11)
+    models.append(g.model(g.op("Clip", _reshaped(g, _linear(g, g.input("x", X)), [0, -1]))))
+    g = G(opset=11)
+    models.append(g.model(g.op("Clip", _reshaped(g, _gemm(g, g.input("x", ["batch", 8])), [-1, 3, 2]))))
     g = G()
     x = g.input("x", X)
     models.append(g.model(g.op("Transpose", g.op("Transpose", x, perm=[1, 0, 2]), perm=[1, 0, 2]),
