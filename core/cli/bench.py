@@ -14,7 +14,8 @@ import click
 import numpy as np
 
 from . import main
-from .common import cli_errors, describe_feeds, feed_options, feeds_from_options, one_line, ordered_feeds, ort_session
+from .common import (cli_errors, describe_feeds, feed_options, feeds_from_options, one_line, ordered_feeds,
+                     ort_session, warmup_options)
 
 
 def timed_ms(fn: Callable[[], object]) -> float:
@@ -131,16 +132,16 @@ def _warm_new_shape(sess, feeds: dict, repeat: int) -> str:
 @feed_options
 @click.option("--repeat", type=click.IntRange(min=1), default=20, show_default=True,
               help="timed runs per engine")
-@click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True,
-              help="untimed runs before them")
+@warmup_options(3)
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
               help="intra-op (BLAS) threads of both engines")
 @click.option("--compare-ort", is_flag=True, help="also time onnxruntime on the same feeds")
 def bench(model: str, dims, shapes, inputs, allocator: str, seed: int, repeat: int, warmup: int, threads: int,
           compare_ort: bool) -> None:
-    """Time MODEL: median, p10 and p90 of REPEAT runs on the same feeds (ms), the ratio to
-    onnxruntime (--compare-ort), and the cost of a first run at a new input shape on a
-    fresh session and on a warm one (the first symbolic dim + 1)."""
+    """Time MODEL: median, p10 and p90 of REPEAT runs on the same feeds after the first run and
+    WARMUP untimed ones (ms; --no-warmup: the first, cold run is the first timed one), the ratio
+    to onnxruntime (--compare-ort), and the cost of a first run at a new input shape on a fresh
+    session and on a warm one (the first symbolic dim + 1)."""
     from ..options import SessionOptions
     from ..session import InferenceSession
 
@@ -154,13 +155,16 @@ def bench(model: str, dims, shapes, inputs, allocator: str, seed: int, repeat: i
         first = timed_ms(lambda: sess.run(None, feeds))
         planning = sess.stats.planning_ms
         ort_sess, note = _ort_for(model, feeds, threads) if compare_ort else (None, None)
-        ds, ort = _time_runs(sess, ort_sess, feeds, repeat, warmup)
+        ds, ort = _time_runs(sess, ort_sess, feeds, repeat - (warmup == 0), warmup)
+        if warmup == 0:
+            ds.insert(0, first)
         warm = _warm_new_shape(sess, feeds, repeat)
     med = spread(ds)[0]
     click.echo(f"model:           {model}")
     click.echo(f"inputs:          {describe_feeds(feeds)}")
     click.echo(f"session created: {create_ms:.1f} ms (import, constant folding, symbolic program)")
-    click.echo(f"dynashape:       {_fmt_spread(ds)}  ({repeat} runs after {warmup} warm-up, {threads} thread(s))")
+    runs = f"{repeat} runs after {warmup} warm-up" if warmup else f"{repeat} runs, the first (cold) included"
+    click.echo(f"dynashape:       {_fmt_spread(ds)}  ({runs}, {threads} thread(s))")
     if ort:
         ort_med = spread(ort)[0]
         click.echo(f"onnxruntime:     {_fmt_spread(ort)}  ({repeat} runs)")

@@ -3,6 +3,7 @@
 naming the option, input or file), and an ONNX Runtime session to compare with."""
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import zipfile
@@ -241,6 +242,22 @@ def feed_options(command):
     ]):
         command = option(command)
     return command
+
+
+def warmup_options(default: int):
+    """``--warmup N`` (untimed runs before the timed ones, ``default``) and ``--no-warmup``
+    (``--warmup 0``: the timed runs start with the cold first run), passed to the command as
+    one ``warmup`` count (``run``, ``bench``, ``profile``)."""
+    def decorate(command):
+        @functools.wraps(command)
+        def wrapper(*args, warmup: int, no_warmup: bool, **kwargs):
+            return command(*args, warmup=0 if no_warmup else warmup, **kwargs)
+        wrapper = click.option("--no-warmup", is_flag=True,
+                               help="no warm-up: the timed runs start with the first (cold) run")(wrapper)
+        return click.option("--warmup", type=click.IntRange(min=0), default=default, show_default=True,
+                            help="untimed runs before the timed ones (the first plans the shape and "
+                                 "makes the kernels)")(wrapper)
+    return decorate
 
 
 def feeds_from_options(sess, dims, shapes, inputs, seed: int) -> dict:

@@ -18,7 +18,7 @@ import click
 
 from . import main
 from .common import cli_errors, describe_feeds, one_line, ordered_feeds
-from .common import feed_options, feeds_from_options
+from .common import feed_options, feeds_from_options, warmup_options
 
 DEFAULT_PREFIX = "dynashape_profile_"
 
@@ -32,6 +32,18 @@ def session_durations_ms(events: list, name: str) -> list[float]:
     """Milliseconds of each Session event called ``name`` (``model_run``, ``plan``), in trace order."""
     return [e.get("dur", 0) / 1e3 for e in events
             if isinstance(e, dict) and e.get("cat") == "Session" and e.get("name") == name]
+
+
+def after_warmup(events: list, warmup: int) -> list:
+    """The events of the runs after the first ``warmup`` ones: those that start once the
+    ``warmup``-th ``model_run`` event has ended (every event when ``warmup`` is 0)."""
+    runs = sorted((e for e in events if isinstance(e, dict) and e.get("cat") == "Session"
+                   and e.get("name") == "model_run"), key=lambda e: e.get("ts", 0))
+    if not warmup or not runs:
+        return events
+    last = runs[min(warmup, len(runs)) - 1]
+    cut = last.get("ts", 0) + last.get("dur", 0)
+    return [e for e in events if isinstance(e, dict) and e.get("ts", 0) >= cut]
 
 
 def op_type_table(events: list) -> list[dict]:
@@ -86,8 +98,8 @@ def _session_options(prefix: str):
     return so
 
 
-def profile_runs(model: str, allocator: str, feed_args: tuple, repeat: int, prefix: str) -> tuple[str, dict]:
-    """Run ``model`` ``repeat`` times with profiling on; (trace path written by the session, feeds).
+def profile_runs(model: str, allocator: str, feed_args: tuple, runs: int, prefix: str) -> tuple[str, dict]:
+    """Run ``model`` ``runs`` times with profiling on; (trace path written by the session, feeds).
 
     Raises:
         DynashapeError / ValueError / OSError: the model does not load or run, or bad feeds.
@@ -96,18 +108,22 @@ def profile_runs(model: str, allocator: str, feed_args: tuple, repeat: int, pref
 
     sess = InferenceSession(model, _session_options(prefix), allocator=allocator)
     feeds = ordered_feeds(sess, feeds_from_options(sess, *feed_args))
-    for _ in range(repeat):
+    for _ in range(runs):
         sess.run(None, feeds)
     return sess.end_profiling(), feeds
 
 
-def _runs_line(events: list, node_ms: float) -> str:
-    """How the ``model_run`` time splits into nodes, planning and the rest (ms)."""
-    runs = session_durations_ms(events, "model_run")
-    plans = session_durations_ms(events, "plan")
+def _runs_line(events: list, timed: list, warmup: int, node_ms: float) -> str:
+    """How the timed runs' ``model_run`` time splits into nodes, planning and the rest (ms),
+    after what the warm-up (the first run) took."""
+    runs = session_durations_ms(timed, "model_run")
+    plans = session_durations_ms(timed, "plan")
     run_ms = sum(runs)
     share = f"{100.0 * node_ms / run_ms:.1f}%" if run_ms else "-"
-    return (f"{len(runs)} runs: {run_ms:.3f} ms in model_run, {node_ms:.3f} ms in nodes ({share}), "
+    first = (session_durations_ms(events, "model_run") or [0.0])[0]
+    warm = (f" after {warmup} warm-up run(s) (the first: {first:.3f} ms, not in the table)" if warmup
+            else f" (the first, cold, included: {first:.3f} ms)")
+    return (f"{len(runs)} runs{warm}: {run_ms:.3f} ms in model_run, {node_ms:.3f} ms in nodes ({share}), "
             f"{sum(plans):.3f} ms in {len(plans)} plan(s) for new signatures; "
             "the rest is the executor and the profiler itself")
 
@@ -124,16 +140,22 @@ def _load_trace(path: str) -> list:
 @feed_options
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False),
               help=f"write the Chrome trace here (default: {DEFAULT_PREFIX}<date>.json in the current directory)")
-@click.option("--repeat", type=click.IntRange(min=1), default=10, show_default=True, help="profiled runs")
-def profile(model: str, dims, shapes, inputs, allocator: str, seed: int, output: Optional[str], repeat: int) -> None:
-    """Profile REPEAT runs of MODEL: time per op type (calls, total ms, % of total, mean µs
-    per call) and a Chrome-trace JSON of every node of every run (onnxruntime's format)."""
+@click.option("--repeat", type=click.IntRange(min=1), default=10, show_default=True,
+              help="profiled runs after the warm-up")
+@warmup_options(1)
+def profile(model: str, dims, shapes, inputs, allocator: str, seed: int, output: Optional[str], repeat: int,
+            warmup: int) -> None:
+    """Profile REPEAT runs of MODEL after WARMUP ones: time per op type (calls, total ms, % of
+    total, mean µs per call) of the REPEAT runs, and a Chrome-trace JSON of every node of every
+    run, the warm-up included (onnxruntime's format). The warm-up keeps a first run's one-time
+    costs (planning the shape, making the kernels, loading compiled code) out of the table;
+    --no-warmup puts the cold run in."""
     _check_writable(output)
     tmp = tempfile.mkdtemp(prefix="dynashape_profile_") if output else None
     try:
         with cli_errors(model):
             prefix = os.path.join(tmp, DEFAULT_PREFIX) if tmp else DEFAULT_PREFIX
-            written, feeds = profile_runs(model, allocator, (dims, shapes, inputs, seed), repeat, prefix)
+            written, feeds = profile_runs(model, allocator, (dims, shapes, inputs, seed), warmup + repeat, prefix)
             events = _load_trace(written)
             if output:
                 try:
@@ -144,10 +166,11 @@ def profile(model: str, dims, shapes, inputs, allocator: str, seed: int, output:
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
-    rows = op_type_table(events)
+    timed = after_warmup(events, warmup)
+    rows = op_type_table(timed)
     for line in format_op_table(rows):
         click.echo(line)
     click.echo("")
     click.echo(f"inputs: {describe_feeds(feeds)}")
-    click.echo(_runs_line(events, sum(r["total_ms"] for r in rows)))
+    click.echo(_runs_line(events, timed, warmup, sum(r["total_ms"] for r in rows)))
     click.echo(f"trace: {written} ({len(events)} events; open in chrome://tracing or https://ui.perfetto.dev)")

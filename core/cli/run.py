@@ -7,17 +7,28 @@ import click
 import numpy as np
 
 from . import main
-from .common import cli_errors, feed_options, feeds_from_options, one_line, ort_session
+from .common import cli_errors, feed_options, feeds_from_options, one_line, ort_session, warmup_options
 
 
-def _timed_runs(sess, feeds: dict, repeat: int) -> tuple[list, list[float]]:
-    """The outputs of the last of ``repeat`` runs and each run's time in ms."""
+def _timed_runs(sess, feeds: dict, warmup: int, repeat: int) -> tuple[list, float, list[float]]:
+    """``warmup`` untimed runs, then ``repeat`` timed ones: the outputs of the last run, the
+    first run's time (cold: it plans the shape and makes the kernels) and the timed runs'
+    times, ms (with no warm-up the first run is the first of them)."""
     times = []
-    for _ in range(repeat):
+    for _ in range(warmup + repeat):
         t0 = time.perf_counter()
         outs = sess.run(None, feeds)
         times.append((time.perf_counter() - t0) * 1e3)
-    return outs, times
+    return outs, times[0], times[warmup:]
+
+
+def _timing_lines(first_ms: float, times: list[float], warmup: int) -> list[str]:
+    median = float(np.median(times))
+    if warmup:
+        return [f"first run: {first_ms:.3f} ms (cold: plans the shape, makes the kernels)",
+                f"median run time: {median:.3f} ms over {len(times)} run(s) after {warmup} warm-up run(s)"]
+    return [f"first run: {first_ms:.3f} ms (cold: plans the shape, makes the kernels)",
+            f"median run time: {median:.3f} ms over {len(times)} run(s), the first (cold) run included"]
 
 
 def _ort_outputs(model: str, feeds: dict):
@@ -47,15 +58,19 @@ def _output_line(name: str, arr: np.ndarray, ref) -> str:
 
 @main.command()
 @feed_options
-@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True, help="runs on the same feeds")
+@click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True,
+              help="timed runs on the same feeds, after the warm-up")
+@warmup_options(2)
 @click.option("--compare-ort", is_flag=True,
               help="also run ONNX Runtime on the same feeds and print each output's max abs diff; if ONNX "
                    "Runtime cannot load or run the model, dynashape's outputs are printed and the command "
                    "fails with 'ONNX Runtime failed: ...' (exit code 1)")
-def run(model: str, dims, shapes, inputs, allocator: str, repeat: int, compare_ort: bool, seed: int) -> None:
+def run(model: str, dims, shapes, inputs, allocator: str, repeat: int, warmup: int, compare_ort: bool,
+        seed: int) -> None:
     """Run MODEL on given or random feeds and print each input's dtype and shape, then each
     output's name, dtype, shape and checksum (and, with --compare-ort, its max abs diff to ONNX
-    Runtime), then the median run time.
+    Runtime), then the first run's time and the median of the REPEAT runs after WARMUP untimed
+    ones (the steady time; --no-warmup: the first, cold run counts in the median).
 
     Errors (a model that cannot be loaded or run, a feed that does not fit) are one
     'Error: ...' line and exit code 1; bad options exit with code 2.
@@ -65,7 +80,7 @@ def run(model: str, dims, shapes, inputs, allocator: str, repeat: int, compare_o
     with cli_errors(model):
         sess = InferenceSession(model, allocator=allocator)
         feeds = feeds_from_options(sess, dims, shapes, inputs, seed)
-        outs, times = _timed_runs(sess, feeds, repeat)
+        outs, first_ms, times = _timed_runs(sess, feeds, warmup, repeat)
     for name, arr in feeds.items():
         click.echo(f"input  {name}: {arr.dtype}{list(arr.shape)}")
     ref, ort_error = _ort_outputs(model, feeds) if compare_ort else (None, None)
@@ -73,6 +88,7 @@ def run(model: str, dims, shapes, inputs, allocator: str, repeat: int, compare_o
         click.echo("onnxruntime is not installed: --compare-ort skipped")
     for i, (o, arr) in enumerate(zip(sess.get_outputs(), outs)):
         click.echo(_output_line(o.name, arr, None if ref is None else ref[i]))
-    click.echo(f"median run time: {float(np.median(times)):.3f} ms over {len(times)} run(s)")
+    for line in _timing_lines(first_ms, times, warmup):
+        click.echo(line)
     if ort_error is not None:
         raise click.ClickException(f"ONNX Runtime failed: {ort_error}")

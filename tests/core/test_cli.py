@@ -37,6 +37,43 @@ def test_run_binds_dims_by_name_and_compares_with_ort(tmp_path):
     assert "float32[5, 6]" in line and float(line.split("max_abs_diff_vs_ort=")[1]) <= 1e-6
 
 
+class _ScriptedClock:
+    """``perf_counter`` whose start/stop pairs are ``durations_ms`` apart, one pair per run."""
+
+    def __init__(self, durations_ms):
+        self.durations, self.now, self.started = list(durations_ms), 0.0, False
+
+    def perf_counter(self):
+        if self.started:
+            self.now += self.durations.pop(0) / 1e3
+        self.started = not self.started
+        return self.now
+
+
+def test_run_reports_the_first_run_apart_from_the_steady_median(tmp_path, monkeypatch):
+    """Two warm-up runs by default (the first, cold, reported alone), then the median of three."""
+    from dynashape.cli import run as run_command
+    path = tmp_path / "demo.onnx"
+    onnx.save(build_demo_model(), path)
+    clock = _ScriptedClock([10.0, 5.0, 1.0, 4.0, 2.0])
+    monkeypatch.setattr(run_command, "time", clock)
+    code, out = _invoke("run", str(path), "--dim", "batch=2")
+    assert code == 0, out
+    assert clock.durations == []     # five runs: 2 warm-up + 3 timed
+    assert "first run: 10.000 ms (cold: plans the shape, makes the kernels)" in out
+    assert "median run time: 2.000 ms over 3 run(s) after 2 warm-up run(s)" in out
+    clock = _ScriptedClock([10.0, 1.0, 4.0])
+    monkeypatch.setattr(run_command, "time", clock)
+    code, out = _invoke("run", str(path), "--dim", "batch=2", "--no-warmup")
+    assert code == 0 and clock.durations == [], out
+    assert "median run time: 4.000 ms over 3 run(s), the first (cold) run included" in out
+    clock = _ScriptedClock([10.0, 1.0])
+    monkeypatch.setattr(run_command, "time", clock)
+    code, out = _invoke("run", str(path), "--dim", "batch=2", "--warmup", "1", "--repeat", "1")
+    assert code == 0 and clock.durations == [], out
+    assert "median run time: 1.000 ms over 1 run(s) after 1 warm-up run(s)" in out
+
+
 def test_run_with_an_input_file(tmp_path):
     path = tmp_path / "demo.onnx"
     onnx.save(build_demo_model(), path)

@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 import dynashape
 from dynashape.cli import main
 from dynashape.cli.bench import bumped_feeds, spread
-from dynashape.cli.profile import format_op_table, op_type_table
+from dynashape.cli.profile import after_warmup, format_op_table, op_type_table
 from dynashape.oplist import BUILTIN_PLUGIN, MARKDOWN_COMMAND, op_entries, render_markdown
 from dynashape.records import OpLibrary, same_dtype
 from dynashape.registry import get_registry
@@ -187,6 +187,17 @@ def test_bench_prints_median_spread_ratio_and_new_shape_costs(tiny):
     assert warm_first > 0 and warm_med > 0
 
 
+def test_bench_without_warmup_times_the_cold_first_run_with_the_others(tiny):
+    path, idx = tiny
+    code, out = _invoke("bench", path, "--dim", "batch=3", "--input", idx, "--repeat", "3", "--no-warmup")
+    assert code == 0, out
+    med, p10, p90 = _value(out, r"^dynashape: +median ([\d.]+) ms  p10 ([\d.]+) ms  p90 ([\d.]+) ms  "
+                                r"\(3 runs, the first \(cold\) included, 1 thread\(s\)\)$")
+    (first,) = _value(out, r"^new shape: +first run of a fresh session ([\d.]+) ms")
+    # the cold run (milliseconds: it plans the shape) is the slowest of the three: the top of the p90
+    assert p10 <= med <= p90 and p90 == pytest.approx(med + 0.8 * (first - med), abs=0.002)
+
+
 def test_bench_helpers():
     assert spread(range(1, 11)) == pytest.approx((5.5, 1.9, 9.1))
     sess = dynashape.InferenceSession(helper.make_model(helper.make_graph(
@@ -223,22 +234,38 @@ def test_profile_writes_a_trace_covering_every_op_type(tiny, tmp_path, monkeypat
     events = json.loads(trace.read_text())
     nodes = [e for e in events if e["cat"] == "Node"]
     assert {e["args"]["op_name"] for e in nodes} == OP_TYPES
+    # the trace holds the warm-up run too, the table only the four after it
     assert sorted(e["name"] for e in nodes) == sorted(f"{n}_kernel_time" for n in
-                                                      ("relu", "matmul", "add", "gather") for _ in range(4))
+                                                      ("relu", "matmul", "add", "gather") for _ in range(5))
     assert all(e["ph"] == "X" and e["dur"] >= 0 and e["ts"] >= 0 for e in nodes)
-    assert sum(e["cat"] == "Session" and e["name"] == "model_run" for e in events) == 4
+    assert sum(e["cat"] == "Session" and e["name"] == "model_run" for e in events) == 5
     lines = out.splitlines()
     assert lines[0].split() == ["op", "type", "calls", "total", "ms", "%", "total", "mean", "µs"]
     rows = {line.split()[0]: line.split() for line in lines[1:5]}
     assert set(rows) == OP_TYPES and all(r[1] == "4" for r in rows.values())
     total = lines[5].split()
     assert total[:2] == ["total", "16"] and total[3] == "100.0%"
-    assert float(total[2]) == pytest.approx(sum(e["dur"] for e in nodes) / 1e3, abs=0.002)
+    timed = after_warmup(events, 1)
+    assert float(total[2]) == pytest.approx(sum(e["dur"] for e in timed if e["cat"] == "Node") / 1e3, abs=0.002)
     assert sum(float(r[3].rstrip("%")) for r in rows.values()) == pytest.approx(100.0, abs=0.3)
     assert "inputs: x float32[3, 4], idx int64[3]" in out
-    assert re.search(r"^4 runs: [\d.]+ ms in model_run, [\d.]+ ms in nodes \([\d.]+%\), [\d.]+ ms in 1 plan\(s\)",
-                     out, re.MULTILINE)
+    assert re.search(r"^4 runs after 1 warm-up run\(s\) \(the first: [\d.]+ ms, not in the table\): [\d.]+ ms in "
+                     r"model_run, [\d.]+ ms in nodes \([\d.]+%\), 0.000 ms in 0 plan\(s\)", out, re.MULTILINE)
     assert f"trace: {trace} ({len(events)} events;" in out
+    code, out = _invoke("profile", path, "--dim", "batch=3", "--input", idx, "--repeat", "2", "--no-warmup", "-o", trace)
+    assert code == 0, out
+    assert sum(e["cat"] == "Session" and e["name"] == "model_run" for e in json.loads(trace.read_text())) == 2
+    assert re.search(r"^2 runs \(the first, cold, included: [\d.]+ ms\): .* in 1 plan\(s\)", out, re.MULTILINE)
+
+
+def test_after_warmup_keeps_the_events_that_start_after_the_warmup_runs():
+    run = lambda ts, dur: {"cat": "Session", "name": "model_run", "ts": ts, "dur": dur}   # noqa: E731
+    node = lambda ts: {"cat": "Node", "name": f"n{ts}", "ts": ts, "dur": 1}             # noqa: E731
+    events = [run(0, 10), node(2), node(5), run(12, 4), node(13), run(20, 3), node(21)]
+    assert after_warmup(events, 0) == events
+    assert after_warmup(events, 1) == events[3:]
+    assert after_warmup(events, 2) == events[5:]
+    assert after_warmup(events, 9) == []
 
 
 def test_profile_without_output_writes_in_the_current_directory(tiny, tmp_path, monkeypatch):
