@@ -252,7 +252,8 @@ def test_profile_writes_a_trace_covering_every_op_type(tiny, tmp_path, monkeypat
     assert re.search(r"^4 runs after 1 warm-up run\(s\) \(the first: [\d.]+ ms, not in the table\): [\d.]+ ms in "
                      r"model_run, [\d.]+ ms in nodes \([\d.]+%\), 0.000 ms in 0 plan\(s\)", out, re.MULTILINE)
     assert f"trace: {trace} ({len(events)} events;" in out
-    code, out = _invoke("profile", path, "--dim", "batch=3", "--input", idx, "--repeat", "2", "--no-warmup", "-o", trace)
+    code, out = _invoke("profile", path, "--dim", "batch=3", "--input", idx, "--repeat", "2", "--no-warmup",
+                        "-o", trace)
     assert code == 0, out
     assert sum(e["cat"] == "Session" and e["name"] == "model_run" for e in json.loads(trace.read_text())) == 2
     assert re.search(r"^2 runs \(the first, cold, included: [\d.]+ ms\): .* in 1 plan\(s\)", out, re.MULTILINE)
