@@ -454,6 +454,23 @@ class PrimitiveCache:
         return found
 
 
+#: primitives by what defines them, shared by every node and session of the process (see :func:`shared`)
+SHARED_CAPACITY = 1024
+SHARED = PrimitiveCache(SHARED_CAPACITY)
+
+
+def shared(key, make, *args):
+    """``make(*args)``, made once per ``key`` in the process and then shared: the blocks of a
+    transformer or a ResNet repeat their shapes, so each block's nodes would otherwise make
+    equal primitives, at every new shape (a new sequence or past length) again, each a
+    primitive-descriptor search of ~0.1-0.5 ms even when oneDNN's own cache holds the kernel.
+    ``key`` names everything the primitive depends on (the op, shapes, strides, layouts,
+    attributes, post-ops and the thread count). Sharing is safe: each thread binds a
+    primitive's arguments in its own memory objects (``Primitive.execute``), the weights
+    are passed on every call."""
+    return SHARED.get(key, make, *args)
+
+
 class PackedWeights:
     """A constant weight reordered into the layout(s) oneDNN's primitives read.
 

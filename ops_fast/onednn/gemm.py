@@ -12,8 +12,8 @@
 * **Epilogues in the output pass.** Bias and FusedMatMul's activation are oneDNN post-ops:
   no second pass over the output.
 * Primitives are made per row count (and thread count) on first use, a few hundred
-  microseconds each, and kept with the packed weight; oneDNN's own primitive cache shares
-  them between nodes of equal shapes.
+  microseconds each, and kept with the packed weight; nodes of equal shapes and post-ops
+  (a transformer's blocks), in any session of the process, share one (``api.shared``).
 
 The kernels take float32 nodes whose B is a constant 2-D float32 array of at least
 :data:`MIN_WEIGHT` elements (``accepts``), every other node goes to the next kernel by
@@ -131,11 +131,15 @@ class PackedGemm:
     def primitive(self, m: int, strides: tuple, threads: int) -> tuple:
         """(primitive, pointer of the weights in the layout it reads) for A of ``m`` rows and
         these byte ``strides``."""
-        return self._primitives.get((m, strides, threads), self._packed_primitive, m, strides)
+        return self._primitives.get((m, strides, threads), self._packed_primitive, m, strides, threads)
 
-    def _packed_primitive(self, m: int, strides: tuple) -> tuple:
-        row, col = strides[0] // 4, strides[1] // 4
-        return self.weights.primitive(lambda md: self._make(m, row if m > 1 else self.k, col, md))
+    def _packed_primitive(self, m: int, strides: tuple, threads: int) -> tuple:
+        row, col = (strides[0] // 4 if m > 1 else self.k), strides[1] // 4
+
+        def make(md: api.MemoryDesc) -> api.Primitive:
+            key = ("matmul", m, row, col, self.k, self.n, md, self.post_ops, self.bias is not None, threads)
+            return api.shared(key, self._make, m, row, col, md)
+        return self.weights.primitive(make)
 
     def _bias_and_epilogue(self, y2: np.ndarray) -> None:
         if self.bias is not None:
@@ -150,8 +154,8 @@ class PackedGemm:
         if self.bias is not None:
             np.add(y, self.bias, out=y)
         for _, algorithm, alpha, beta in self.post_ops:
-            self._primitives.get(("eltwise", threads), api.make_eltwise, self.n, algorithm, alpha,
-                                 beta).execute((y, y))
+            key = ("eltwise", self.n, algorithm, alpha, beta, threads)
+            self._primitives.get(key, api.shared, key, api.make_eltwise, self.n, algorithm, alpha, beta).execute((y, y))
 
     def run(self, a2: np.ndarray, y2: np.ndarray, a=None, y=None) -> None:
         """``y2 (M, N) = epilogue(a2 (M, K) @ W + bias)``; y2 C-contiguous, a2 any strides.

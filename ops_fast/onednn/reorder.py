@@ -35,7 +35,8 @@ class TransposePlan:
         self._primitives = api.PrimitiveCache(MAX_PRIMITIVES)
 
     def primitive(self, view: np.ndarray, out: np.ndarray) -> api.Primitive:
-        return self._primitives.get((view.shape, view.strides, out.strides), _make, view, out)
+        key = (view.shape, view.strides, out.strides)
+        return self._primitives.get(key, api.shared, ("reorder",) + key, _make, view, out)
 
 
 def _make(view: np.ndarray, out: np.ndarray) -> api.Primitive:

@@ -102,7 +102,9 @@ def _layer_norm(inputs, outputs, p: _NormPlan):
     else:
         scale = np.ascontiguousarray(scale, F32).reshape(inner)
         shift = np.zeros(inner, F32) if bias is None else np.ascontiguousarray(bias, F32).reshape(inner)
-    p.primitives.get((rows, inner, threads), _layer_norm_primitive, rows, inner, p.eps).execute((x, y, scale, shift))
+    prim = p.primitives.get((rows, inner, threads), api.shared, ("layer_norm", rows, inner, p.eps, threads),
+                            _layer_norm_primitive, rows, inner, p.eps)
+    prim.execute((x, y, scale, shift))
 
 
 def _layer_norm_primitive(rows: int, inner: int, eps: float) -> api.Primitive:
@@ -123,7 +125,8 @@ def _softmax_accepts(ctx) -> bool:
 def _softmax_run(x: np.ndarray, y: np.ndarray, rows: int, n: int, primitives: api.PrimitiveCache) -> None:
     threads = intra_op_threads()
     api.set_threads(threads)
-    primitives.get((rows, n, threads), _softmax_primitive, rows, n).execute((x, y))
+    primitives.get((rows, n, threads), api.shared, ("softmax", rows, n, threads), _softmax_primitive,
+                   rows, n).execute((x, y))
 
 
 def _softmax_primitive(rows: int, n: int) -> api.Primitive:
@@ -227,7 +230,8 @@ def _fused_attention(inputs, outputs, p: _AttentionPlan):
     key = (q.shape, q.strides, kt.shape, kt.strides, v.shape, v.strides, None if mask is None else
            (mask.shape, mask.strides), threads)
     try:
-        prims = p.primitives.get(key, _AttentionPrims, q, kt, v, mask, scores, out, p.scale)
+        prims = p.primitives.get(key, api.shared, ("attention", key, p.scale), _AttentionPrims, q, kt, v, mask,
+                                 scores, out, p.scale)
     except api.OneDNNError:   # shapes oneDNN's matmul does not broadcast: the numpy kernel
         fusions._fused_attention(inputs, [out] + list(outputs[1:]), p.plan)
         return
@@ -254,4 +258,5 @@ def _gelu(inputs, outputs, p: _EltwisePlan):
         return
     threads = intra_op_threads()
     api.set_threads(threads)
-    p.primitives.get((x.size, threads), api.make_eltwise, x.size, p.algorithm).execute((x, y))
+    key = ("eltwise", x.size, p.algorithm, 0.0, 0.0, threads)
+    p.primitives.get(key, api.shared, key, api.make_eltwise, x.size, p.algorithm).execute((x, y))

@@ -123,6 +123,38 @@ def test_one_row_streams_the_packed_weight_through_the_column_block_loop(k, n, a
     assert packed[0].slabs.shape[1:] == (-(-k // 16) * 16, 64) and packed[0].slabs.shape[0] * 64 >= n
 
 
+@THREADS
+def test_nodes_of_equal_shapes_share_their_primitives_and_keep_their_own_values(threads):
+    """A transformer's blocks repeat their shapes: equal GEMMs, LayerNorms and attention cores
+    share one primitive per shape in the process (api.shared), a second session's too, and each
+    node still multiplies by its own weight, at every row count, in any order."""
+    k = n = 256    # 40 rows: enough work for oneDNN's primitive (gemm.MIN_WORK)
+    nodes, weights, inits, x = [], [], [], "x"
+    for i in range(3):
+        nodes += [helper.make_node("MatMul", [x, f"w{i}"], [f"h{i}"]),
+                  helper.make_node("Add", [f"h{i}", f"b{i}"], [f"a{i}"]),
+                  helper.make_node("LayerNormalization", [f"a{i}", f"g{i}", f"s{i}"], [f"n{i}"], axis=-1)]
+        weights.append((_rand(k, n, scale=0.1), _rand(n)))
+        inits += [(f"w{i}", weights[-1][0]), (f"b{i}", weights[-1][1]), (f"g{i}", _rand(n)), (f"s{i}", _rand(n))]
+        x = f"n{i}"
+    nodes.append(helper.make_node("Identity", [x], ["y"]))
+    m = _model(nodes, [("x", ["a", "b", k])], inits)
+    feeds = [{"x": _rand(a, b, k)} for a, b in ((2, 20), (1, 1), (3, 40), (2, 20))]
+    sess = _check(m, feeds, ops={"FusedMatMul", "LayerNormalization"}, threads=threads)
+    gemms = [st.prepacked for st in sess.program.steps if st.node.node.op_type == "FusedMatMul"]
+    assert len(gemms) == 3 and len({id(g) for g in gemms}) == 3
+    a = _rand(40, k)
+    made = [g.primitive(40, a.strides, threads)[0] for g in gemms]
+    assert made[0] is made[1] is made[2]
+    again = _sessions(m, threads)[0]
+    other = [st.prepacked for st in again.program.steps if st.node.node.op_type == "FusedMatMul"]
+    assert other[0].primitive(40, a.strides, threads)[0] is made[0]
+    y = np.empty((40, n), np.float32)
+    for i in (2, 0, 1, 2):
+        gemms[i].run(a, y)
+        np.testing.assert_allclose(y, a @ weights[i][0] + weights[i][1], rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("rows", [3, 64])   # the kept plain copy (little work) and oneDNN's primitive
 def test_matmul_rows_into_a_strided_output_go_through_a_contiguous_buffer(rows):
     from dynashape.ops_fast.onednn import gemm
