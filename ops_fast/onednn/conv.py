@@ -178,10 +178,16 @@ class PackedConv:
 
     def primitive(self, x_nchw: tuple, threads: int) -> tuple:
         """(primitive, pointer of the weights in the layout it reads) for an input shape."""
-        return self._primitives.get((x_nchw, threads), self._packed_primitive, x_nchw)
+        return self._primitives.get((x_nchw, threads), self._packed_primitive, x_nchw, threads)
 
-    def _packed_primitive(self, x_nchw: tuple) -> tuple:
-        return self.weights.primitive(lambda md: self._make(x_nchw, md))
+    def _packed_primitive(self, x_nchw: tuple, threads: int) -> tuple:
+        strides, dilates, pad_l, pad_r, _ = self._geometry(x_nchw)
+        conv = (x_nchw, self.m, self.c, self.group, self.kernel, strides, dilates, tuple(pad_l), tuple(pad_r))
+
+        def make(md: api.MemoryDesc) -> api.Primitive:
+            key = ("conv", conv, md, self.post_ops, self.residual, self.bias is not None, threads)
+            return api.shared(key, self._make, x_nchw, md)
+        return self.weights.primitive(make)
 
     def run(self, x: np.ndarray, y: np.ndarray, z: Optional[np.ndarray]) -> None:
         """y (N, OH, OW, M) = epilogue(conv(x (N, H, W, C)) + bias [+ z]); x, y, z contiguous."""
