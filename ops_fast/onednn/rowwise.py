@@ -15,7 +15,8 @@ its primitives per input shape on first use:
 * **FusedAttention** (``Softmax(Q @ KT * scale + mask) @ V``, the builtin rewrites): a matmul
   with the scale (an eltwise linear post-op) and the mask (a binary add post-op, broadcast
   as it broadcasts) into the scores, the softmax in place, a matmul with V; batch dims of
-  Q, KT and V in any strides;
+  Q, KT and V in any strides; a single query row over few keys (a decode step:
+  :data:`SINGLE_QUERY_NUMPY_SCORES`) runs the numpy kernel, no primitive per past length;
 * **Gelu** (erf and tanh forms, opset 20): one eltwise pass.
 
 A node beside QuantizeLinear / DequantizeLinear / DynamicQuantizeLinear keeps the kernels it
@@ -43,6 +44,12 @@ MAX_PRIMITIVES = 32
 MIN_ELEMENTS = 1024
 ARG_SCALE, ARG_SHIFT = 51, 52
 SOFTMAX_ACCURATE = 196608
+#: a single query row (a decode step) with fewer scores than this runs the numpy kernel: a
+#: decoder's every step is a new past length, for which oneDNN would make three primitives
+#: (~0.5 ms), while numpy costs ~12 us more a call (gpt2's 12 x 65 scores after a cache sweep:
+#: 71 against 59 us); zoo2's KV decoders: 0.45-0.54 ms a step in a cold decoding pass, 1.5-2.4
+#: ms with the primitives
+SINGLE_QUERY_NUMPY_SCORES = 16384
 NORMALIZATION_SCALE, NORMALIZATION_SHIFT = 2, 4
 
 
@@ -220,7 +227,8 @@ def _fused_attention(inputs, outputs, p: _AttentionPlan):
     mask = inputs[3] if len(inputs) > 3 else None
     out = outputs[0]
     size = math.prod(p.plan.scores)
-    if size == 0 or out.size == 0 or not out.flags.c_contiguous or any(
+    single_query = q.ndim >= 2 and q.shape[-2] == 1 and size < SINGLE_QUERY_NUMPY_SCORES
+    if size == 0 or single_query or out.size == 0 or not out.flags.c_contiguous or any(
             a.ndim != out.ndim for a in (q, kt, v) + (() if mask is None else (mask,))):
         fusions._fused_attention(inputs, [out] + list(outputs[1:]), p.plan)
         return

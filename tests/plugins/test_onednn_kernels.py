@@ -542,6 +542,32 @@ def test_the_attention_core_runs_matmul_softmax_matmul(mask, divide, threads):
     _check(m, feeds, ops={"FusedAttention"}, threads=threads, rtol=1e-4, atol=1e-5)
 
 
+def test_a_single_query_attention_over_a_cache_runs_numpy_and_makes_no_primitive(monkeypatch):
+    """A decode step (one query row, a new past length every step) keeps the numpy kernel:
+    as fast there, and no three primitives per past length; a query of several rows and a
+    single query over many keys still run oneDNN."""
+    from dynashape.ops_fast.onednn import rowwise
+    made = []
+
+    def asked(q, *args):   # records what oneDNN was asked for; its refusal sends the node to numpy
+        made.append(q.shape)
+        raise api.OneDNNError("dnnl_matmul_primitive_desc_create", api.UNIMPLEMENTED)
+    monkeypatch.setattr(rowwise, "_AttentionPrims", asked)
+    nodes = [helper.make_node("MatMul", ["q", "kt"], ["s"]), helper.make_node("Mul", ["s", "scale"], ["ss"]),
+             helper.make_node("Softmax", ["ss"], ["p"], axis=-1), helper.make_node("MatMul", ["p", "v"], ["y"])]
+    m = _model(nodes, [("q", ["b", 4, "s", 32]), ("kt", ["b", 4, 32, "t"]), ("v", ["b", 4, "t", 32])],
+               [("scale", np.array(0.125))])
+    feeds = [{"q": _rand(b, 4, s, 32), "kt": _rand(b, 4, 32, t), "v": _rand(b, 4, t, 32)}
+             for b, s, t in ((1, 1, 9), (1, 1, 10), (2, 1, 11), (1, 1, 1))]
+    _check(m, feeds, ops={"FusedAttention"}, rtol=1e-4, atol=1e-5)
+    assert made == []
+    # past the threshold (4 heads x 4100 keys) and with several query rows: oneDNN is asked
+    _check(m, [{"q": _rand(1, 4, 1, 32), "kt": _rand(1, 4, 32, 4100), "v": _rand(1, 4, 4100, 32)},
+               {"q": _rand(1, 4, 3, 32), "kt": _rand(1, 4, 32, 9), "v": _rand(1, 4, 9, 32)}],
+           ops={"FusedAttention"}, rtol=1e-4, atol=1e-5)
+    assert made == [(1, 4, 1, 32), (1, 4, 3, 32)]
+
+
 @pytest.mark.parametrize("approximate", ["none", "tanh"])
 def test_gelu(approximate):
     m = _model([helper.make_node("Gelu", ["x"], ["y"], approximate=approximate)], [("x", ["a", 100])], opset=20)
