@@ -155,9 +155,9 @@ def bench(model: str, dims, shapes, inputs, allocator: str, seed: int, repeat: i
         first = timed_ms(lambda: sess.run(None, feeds))
         planning = sess.stats.planning_ms
         ort_sess, note = _ort_for(model, feeds, threads) if compare_ort else (None, None)
-        ds, ort = _time_runs(sess, ort_sess, feeds, repeat - (warmup == 0), warmup)
-        if warmup == 0:
-            ds.insert(0, first)
+        ds, ort = _time_runs(sess, ort_sess, feeds, repeat, warmup)
+        if warmup == 0:   # the timed runs start with the cold one (onnxruntime's ran in _ort_for)
+            ds = [first] + ds[:-1]
         warm = _warm_new_shape(sess, feeds, repeat)
     med = spread(ds)[0]
     click.echo(f"model:           {model}")
@@ -167,7 +167,7 @@ def bench(model: str, dims, shapes, inputs, allocator: str, seed: int, repeat: i
     click.echo(f"dynashape:       {_fmt_spread(ds)}  ({runs}, {threads} thread(s))")
     if ort:
         ort_med = spread(ort)[0]
-        click.echo(f"onnxruntime:     {_fmt_spread(ort)}  ({repeat} runs)")
+        click.echo(f"onnxruntime:     {_fmt_spread(ort)}  ({len(ort)} runs)")
         click.echo(f"ratio:           dynashape / onnxruntime = {times(med, ort_med, 2)} "
                    "(medians; > 1: dynashape slower)")
     elif note:

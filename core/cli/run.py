@@ -23,12 +23,9 @@ def _timed_runs(sess, feeds: dict, warmup: int, repeat: int) -> tuple[list, floa
 
 
 def _timing_lines(first_ms: float, times: list[float], warmup: int) -> list[str]:
-    median = float(np.median(times))
-    if warmup:
-        return [f"first run: {first_ms:.3f} ms (cold: plans the shape, makes the kernels)",
-                f"median run time: {median:.3f} ms over {len(times)} run(s) after {warmup} warm-up run(s)"]
+    which = f" after {warmup} warm-up run(s)" if warmup else ", the first (cold) run included"
     return [f"first run: {first_ms:.3f} ms (cold: plans the shape, makes the kernels)",
-            f"median run time: {median:.3f} ms over {len(times)} run(s), the first (cold) run included"]
+            f"median run time: {float(np.median(times)):.3f} ms over {len(times)} run(s){which}"]
 
 
 def _ort_outputs(model: str, feeds: dict):

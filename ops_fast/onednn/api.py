@@ -33,6 +33,7 @@ from functools import lru_cache
 from importlib import metadata
 from typing import NamedTuple, Optional, Sequence
 
+from dynashape.threads import intra_op_threads
 from dynashape.weight_arena import aligned_empty
 
 __all__ = ["OneDNNError", "UNIMPLEMENTED", "library", "unavailable_reason", "MemoryDesc", "Primitive",
@@ -469,6 +470,15 @@ def shared(key, make, *args):
     primitive's arguments in its own memory objects (``Primitive.execute``), the weights
     are passed on every call."""
     return SHARED.get(key, make, *args)
+
+
+def eltwise(x, y, algorithm: str, alpha: float = 0.0, beta: float = 0.0) -> None:
+    """``y = algorithm(x)`` over contiguous float32 arrays of one size (``y`` may be ``x``), on
+    the intra-op threads, with the process's shared primitive for it (:func:`make_eltwise`)."""
+    threads = intra_op_threads()
+    set_threads(threads)
+    shared(("eltwise", x.size, algorithm, alpha, beta, threads), make_eltwise, x.size, algorithm, alpha,
+           beta).execute((x, y))
 
 
 class PackedWeights:

@@ -84,6 +84,9 @@ class PackedGemm:
     """A constant weight (K, N) in oneDNN's layout, its bias and epilogue, and the
     primitives made for it per (row count, A's strides, threads).
 
+    ``post_ops``: eltwise post-ops only (:func:`eltwise_post_ops`), so a single row's
+    activation can run as the same eltwise primitive after the numba loop.
+
     A small weight (at most :data:`KEEP_PLAIN_BYTES`) without an activation numpy would
     compute in several passes is kept as it is too: a product of fewer than
     :data:`MIN_WORK` multiply-adds runs numpy's matmul on it (a tiny GEMM costs oneDNN more
@@ -109,7 +112,7 @@ class PackedGemm:
         self.weights = api.PackedWeights(api.MemoryDesc((self.k, self.n), strides=(self.n, 1)),
                                          np.ascontiguousarray(weight, dtype=F32), probe.mds[1], allocate)
         # one row (a decode step) streams the packed weight through the numba loop, where it can
-        streams = gemv is not None and weight.nbytes >= GEMV_MIN_BYTES and all(p[0] == "eltwise" for p in post_ops)
+        streams = gemv is not None and weight.nbytes >= GEMV_MIN_BYTES
         self.slabs = _slabs(self.weights) if streams else None
 
     @property
@@ -147,15 +150,14 @@ class PackedGemm:
         if self.epilogue is not None:
             self.epilogue(y2)
 
-    def _row_epilogue(self, y: np.ndarray, threads: int) -> None:
+    def _row_epilogue(self, y: np.ndarray) -> None:
         """Bias and activation of the row the numba loop wrote, in place: the activation as
         the oneDNN eltwise primitive of the post-op the many-row primitives fuse (the same
         function, so one row and many agree; numpy's tanh Gelu takes nine passes)."""
         if self.bias is not None:
             np.add(y, self.bias, out=y)
         for _, algorithm, alpha, beta in self.post_ops:
-            key = ("eltwise", self.n, algorithm, alpha, beta, threads)
-            self._primitives.get(key, api.shared, key, api.make_eltwise, self.n, algorithm, alpha, beta).execute((y, y))
+            api.eltwise(y, y, algorithm, alpha, beta)
 
     def run(self, a2: np.ndarray, y2: np.ndarray, a=None, y=None) -> None:
         """``y2 (M, N) = epilogue(a2 (M, K) @ W + bias)``; y2 C-contiguous, a2 any strides.
@@ -168,12 +170,12 @@ class PackedGemm:
             np.matmul(a2, self.plain, out=y2)
             self._bias_and_epilogue(y2)
             return
-        threads = intra_op_threads()
-        api.set_threads(threads)
         if m == 1 and self.slabs is not None:
             gemv.gemv_slabs(np.ascontiguousarray(a2[0]), self.slabs, y2[0])
-            self._row_epilogue(y2[0], threads)
+            self._row_epilogue(y2[0])
             return
+        threads = intra_op_threads()
+        api.set_threads(threads)
         try:
             prim, weights = self.primitive(m, a2.strides, threads)
         except api.OneDNNError as exc:

@@ -38,7 +38,6 @@ from .gemm import PRIORITY, beside_qdq
 lib = OpLibrary()
 
 F32 = np.dtype(np.float32)
-MAX_PRIMITIVES = 32
 #: the fewest elements the Softmax / Gelu primitives take (below, numpy's few passes cost less than
 #: a primitive's dispatch; LayerNormalization and attention, several numpy passes each, always run oneDNN)
 MIN_ELEMENTS = 1024
@@ -67,7 +66,6 @@ class _NormPlan(NamedTuple):
     axis: int
     eps: float
     fallback: object
-    primitives: api.PrimitiveCache
     scale: Optional[np.ndarray]   # the constant scale and shift as the primitive reads them (None: per call)
     shift: Optional[np.ndarray]
 
@@ -86,8 +84,7 @@ def _layer_norm_prepare(ctx) -> _NormPlan:
         shift = np.zeros_like(scale) if shift is None else np.ascontiguousarray(shift, F32).reshape(-1)
     else:
         scale = shift = None
-    return _NormPlan(axes[0] if axes else len(ctx.shape(0)), eps, prepared, api.PrimitiveCache(MAX_PRIMITIVES),
-                     scale, shift)
+    return _NormPlan(axes[0] if axes else len(ctx.shape(0)), eps, prepared, scale, shift)
 
 
 @lib.kernel("LayerNormalization", since_version=17, dtypes=[np.float32], priority=PRIORITY,
@@ -109,8 +106,7 @@ def _layer_norm(inputs, outputs, p: _NormPlan):
     else:
         scale = np.ascontiguousarray(scale, F32).reshape(inner)
         shift = np.zeros(inner, F32) if bias is None else np.ascontiguousarray(bias, F32).reshape(inner)
-    prim = p.primitives.get((rows, inner, threads), api.shared, ("layer_norm", rows, inner, p.eps, threads),
-                            _layer_norm_primitive, rows, inner, p.eps)
+    prim = api.shared(("layer_norm", rows, inner, p.eps, threads), _layer_norm_primitive, rows, inner, p.eps)
     prim.execute((x, y, scale, shift))
 
 
@@ -129,11 +125,10 @@ def _softmax_accepts(ctx) -> bool:
     return _f32_and_ready(ctx)
 
 
-def _softmax_run(x: np.ndarray, y: np.ndarray, rows: int, n: int, primitives: api.PrimitiveCache) -> None:
+def _softmax_run(x: np.ndarray, y: np.ndarray, rows: int, n: int) -> None:
     threads = intra_op_threads()
     api.set_threads(threads)
-    primitives.get((rows, n, threads), api.shared, ("softmax", rows, n, threads), _softmax_primitive,
-                   rows, n).execute((x, y))
+    api.shared(("softmax", rows, n, threads), _softmax_primitive, rows, n).execute((x, y))
 
 
 def _softmax_primitive(rows: int, n: int) -> api.Primitive:
@@ -143,19 +138,11 @@ def _softmax_primitive(rows: int, n: int) -> api.Primitive:
                               1, None)
 
 
-class _SoftmaxPlan(NamedTuple):
-    """The numpy kernel's plan (rebuilt per signature where it holds symbolic dims) and the
-    primitives, shared by every signature."""
-
-    fallback: object
-    primitives: api.PrimitiveCache
-
-
 @lib.kernel("Softmax", dtypes=[np.float32], priority=PRIORITY, accepts=_softmax_accepts, may_inplace=((0, 0),),
-            prepare=lambda ctx: _SoftmaxPlan(reduction._softmax_prepare(ctx), api.PrimitiveCache(MAX_PRIMITIVES)))
-def _softmax(inputs, outputs, p: _SoftmaxPlan):
+            prepare=reduction._softmax_prepare)
+def _softmax(inputs, outputs, plan):
+    """``plan``: the numpy kernel's (rebuilt per signature where it holds symbolic dims)."""
     x, y = inputs[0], outputs[0]
-    plan = p.fallback
     if plan.shape2 is not None:   # before opset 13: over the flattened trailing axes
         rows, n = plan.shape2
     elif plan.axis == x.ndim - 1 and x.ndim:
@@ -167,7 +154,7 @@ def _softmax(inputs, outputs, p: _SoftmaxPlan):
             or not y.flags.c_contiguous):
         reduction._run_softmax(reduction._softmax_body, inputs, outputs, plan)
         return
-    _softmax_run(x, y, rows, n, p.primitives)
+    _softmax_run(x, y, rows, n)
 
 
 # FusedAttention ----------------------------------------------------------------------
@@ -200,17 +187,16 @@ class _AttentionPrims:
 
 
 class _AttentionPlan(NamedTuple):
-    """The numpy kernel's plan (its scores shape symbolic: rebuilt per signature), the scale
-    the scores are multiplied by, and the primitives, shared by every signature."""
+    """The numpy kernel's plan (its scores shape symbolic: rebuilt per signature) and the
+    scale the scores are multiplied by."""
 
     plan: object
     scale: float
-    primitives: api.PrimitiveCache
 
 
 def _attention_prepare(ctx) -> _AttentionPlan:
     plan = fusions._fused_attention_prepare(ctx)
-    return _AttentionPlan(plan, 1.0 / plan.scale if plan.divide else plan.scale, api.PrimitiveCache(MAX_PRIMITIVES))
+    return _AttentionPlan(plan, 1.0 / plan.scale if plan.divide else plan.scale)
 
 
 def _attention_accepts(ctx) -> bool:
@@ -238,8 +224,7 @@ def _fused_attention(inputs, outputs, p: _AttentionPlan):
     key = (q.shape, q.strides, kt.shape, kt.strides, v.shape, v.strides, None if mask is None else
            (mask.shape, mask.strides), threads)
     try:
-        prims = p.primitives.get(key, api.shared, ("attention", key, p.scale), _AttentionPrims, q, kt, v, mask,
-                                 scores, out, p.scale)
+        prims = api.shared(("attention", p.scale) + key, _AttentionPrims, q, kt, v, mask, scores, out, p.scale)
     except api.OneDNNError:   # shapes oneDNN's matmul does not broadcast: the numpy kernel
         fusions._fused_attention(inputs, [out] + list(outputs[1:]), p.plan)
         return
@@ -250,21 +235,12 @@ def _fused_attention(inputs, outputs, p: _AttentionPlan):
 
 # Gelu --------------------------------------------------------------------------------
 
-class _EltwisePlan(NamedTuple):
-    algorithm: str
-    primitives: api.PrimitiveCache
-
-
 @lib.kernel("Gelu", since_version=20, dtypes=[np.float32], priority=PRIORITY, accepts=_softmax_accepts,
-            may_inplace=((0, 0),), prepare=lambda ctx: _EltwisePlan(
-                "gelu_tanh" if ctx.attr("approximate", "none") == "tanh" else "gelu_erf",
-                api.PrimitiveCache(MAX_PRIMITIVES)))
-def _gelu(inputs, outputs, p: _EltwisePlan):
+            may_inplace=((0, 0),), prepare=lambda ctx: "gelu_tanh" if ctx.attr("approximate", "none") == "tanh"
+            else "gelu_erf")
+def _gelu(inputs, outputs, algorithm: str):
     x, y = inputs[0], outputs[0]
     if x.size < MIN_ELEMENTS or not x.flags.c_contiguous or not y.flags.c_contiguous:
-        fusions.EPILOGUES["GeluTanh" if p.algorithm == "gelu_tanh" else "Gelu"][0]([x], y, p.algorithm == "gelu_tanh")
+        fusions.EPILOGUES["GeluTanh" if algorithm == "gelu_tanh" else "Gelu"][0]([x], y, algorithm == "gelu_tanh")
         return
-    threads = intra_op_threads()
-    api.set_threads(threads)
-    key = ("eltwise", x.size, p.algorithm, 0.0, 0.0, threads)
-    p.primitives.get(key, api.shared, key, api.make_eltwise, x.size, p.algorithm).execute((x, y))
+    api.eltwise(x, y, algorithm)

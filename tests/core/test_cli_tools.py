@@ -173,7 +173,8 @@ def test_bench_prints_median_spread_ratio_and_new_shape_costs(tiny):
     med, p10, p90 = _value(out, r"^dynashape: +median ([\d.]+) ms  p10 ([\d.]+) ms  p90 ([\d.]+) ms  "
                                 r"\(7 runs after 1 warm-up, 2 thread\(s\)\)$")
     assert 0 < p10 <= med <= p90
-    ort_med, ort_p10, ort_p90 = _value(out, r"^onnxruntime: +median ([\d.]+) ms  p10 ([\d.]+) ms  p90 ([\d.]+) ms")
+    ort_med, ort_p10, ort_p90 = _value(out, r"^onnxruntime: +median ([\d.]+) ms  p10 ([\d.]+) ms  p90 ([\d.]+) ms  "
+                                            r"\(7 runs\)$")
     assert 0 < ort_p10 <= ort_med <= ort_p90
     (ratio,) = _value(out, r"^ratio: +dynashape / onnxruntime = ([\d.]+)x \(medians")
     half = 0.0005   # the medians are printed to 3 decimals: the ratio of the printed values may be off by that
@@ -189,8 +190,10 @@ def test_bench_prints_median_spread_ratio_and_new_shape_costs(tiny):
 
 def test_bench_without_warmup_times_the_cold_first_run_with_the_others(tiny):
     path, idx = tiny
-    code, out = _invoke("bench", path, "--dim", "batch=3", "--input", idx, "--repeat", "3", "--no-warmup")
+    code, out = _invoke("bench", path, "--dim", "batch=3", "--input", idx, "--repeat", "3", "--no-warmup",
+                        "--compare-ort")
     assert code == 0, out
+    assert re.search(r"^onnxruntime: +median [\d.]+ ms  p10 [\d.]+ ms  p90 [\d.]+ ms  \(3 runs\)$", out, re.MULTILINE)
     med, p10, p90 = _value(out, r"^dynashape: +median ([\d.]+) ms  p10 ([\d.]+) ms  p90 ([\d.]+) ms  "
                                 r"\(3 runs, the first \(cold\) included, 1 thread\(s\)\)$")
     (first,) = _value(out, r"^new shape: +first run of a fresh session ([\d.]+) ms")
