@@ -9,6 +9,8 @@ signature with one pass of integer arithmetic.
 from __future__ import annotations
 
 import itertools
+import threading
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -18,6 +20,11 @@ from .symbolic import CODE_NAMESPACE, Expr, as_atom
 __all__ = ["CodeWriter", "ExprCoder"]
 
 _module_ids = itertools.count()
+#: compiled code per generated source, process-wide (a second session of a model, or a new
+#: signature with the same structure, compiles nothing): most recently used last
+_CODE: OrderedDict = OrderedDict()
+_CODE_LIMIT = 512
+_CODE_LOCK = threading.Lock()
 
 
 class CodeWriter:
@@ -45,10 +52,23 @@ class CodeWriter:
     def compile(self) -> dict:
         """Execute the source; returns the namespace holding the defined functions."""
         source = "\n".join(self.lines) + "\n"
-        filename = f"<dynashape-{self.name}-{next(_module_ids)}>"
-        exec(compile(source, filename, "exec"), self.namespace)  # noqa: S102 - our own generated code
+        exec(_compiled(source, self.name), self.namespace)  # noqa: S102 - our own generated code
         self.namespace["__source__"] = source
         return self.namespace
+
+
+def _compiled(source: str, name: str):
+    with _CODE_LOCK:
+        code = _CODE.get(source)
+        if code is not None:
+            _CODE.move_to_end(source)
+            return code
+    code = compile(source, f"<dynashape-{name}-{next(_module_ids)}>", "exec")
+    with _CODE_LOCK:
+        _CODE[source] = code
+        if len(_CODE) > _CODE_LIMIT:
+            _CODE.popitem(last=False)
+    return code
 
 
 class ExprCoder:

@@ -21,6 +21,12 @@ metadata (``[project.entry-points.dynashape] myplugin = "mypkg.plugin"``) or at 
 with :func:`dynashape.register_plugin`. The builtin operators
 (:mod:`dynashape.ops_builtin`) are registered through these same hooks.
 
+A plugin with many op families can register them lazily instead: its
+``dynashape_register_libraries`` returns one :class:`~dynashape.records.LazyLibrary` per module
+(the module's name and the op keys it holds), and each module is imported when a model first
+needs one of those ops; the builtin operators do this, so a session imports only the families
+its model uses (``dynashape plugins --index MODULE`` prints the index of a plugin's modules).
+
 All hooks are collected from every plugin (none is ``firstresult``); the order in which
 plugins are registered never decides anything.
 """
@@ -30,7 +36,7 @@ from typing import Iterable, Union
 
 import pluggy
 
-from .records import KernelDef, OpDef
+from .records import KernelDef, LazyLibrary, OpDef
 from .rewrite import GraphPass, RewriteDef
 
 PROJECT = "dynashape"
@@ -64,6 +70,22 @@ def dynashape_register_kernels() -> Iterable[KernelDef]:
     replace a builtin kernel declares a higher priority. A kernel with ``prepack`` gets its
     constant inputs transformed once per node when a program is compiled
     (:class:`~dynashape.records.KernelDef`).
+    """
+
+
+@hookspec
+def dynashape_register_libraries() -> Iterable[LazyLibrary]:
+    """Return op libraries to import on first use: one :class:`~dynashape.records.LazyLibrary`
+    per module, naming the ``(domain, op_type)`` keys its OpDefs and KernelDefs have.
+
+    Called once when the registry is built; no module is imported then. The first lookup of
+    a key (a node's schema or kernel) imports every library that declares it and adds all of
+    the library's records, under the same rules as ``dynashape_register_ops`` and
+    ``dynashape_register_kernels`` (a clash or a kernel conflict is raised then, naming both
+    plugins; a key an eagerly registered record of another plugin has is loaded when the
+    registry is built, so those are found at once). A library declaring ``rewrites`` is
+    imported whenever the rewrites run. A library whose module fails to import is reported
+    (a warning naming it, ``plugin_load_errors()``) and skipped, like a broken entry point.
     """
 
 

@@ -38,6 +38,7 @@ __all__ = [
     "KernelDef",
     "InferContext",
     "OpLibrary",
+    "LazyLibrary",
     "same_dtype",
     "fixed_dtype",
     "dtype_from_attr",
@@ -161,6 +162,36 @@ class KernelDef:
     def covers(self, opset: int) -> bool:
         return self.since_version <= opset and (self.end_version is None or opset <= self.end_version)
 
+
+
+@dataclass(frozen=True)
+class LazyLibrary:
+    """An :class:`OpLibrary` in a module that is imported only when a model first needs one
+    of its ops: what a plugin returns from ``dynashape_register_libraries`` so that building
+    the registry imports none of its op families.
+
+    Attributes:
+        module: the dotted name of the module (``"dynashape.ops_builtin.nn"``).
+        keys: ``(domain, op_type)`` of every OpDef and KernelDef the library holds. Asking the
+            registry for one of them (a node's schema or kernel) imports the module; a record
+            whose key is not declared is a :class:`~dynashape.errors.PluginContractError`
+            then, so a stale index fails loudly instead of hiding an op.
+            :func:`dynashape.libindex.describe` computes them.
+        rewrites: the library holds rewrites: it is imported whenever the rewrites run.
+        attr: the module attribute that holds the OpLibrary.
+        plugin: set by the registry to the name of the plugin that registered the record.
+    """
+
+    module: str
+    keys: frozenset
+    rewrites: bool = False
+    attr: str = "lib"
+    plugin: str = ""
+
+    def load(self) -> "OpLibrary":
+        """Import the module; its OpLibrary."""
+        import importlib
+        return getattr(importlib.import_module(self.module), self.attr)
 
 #: Fresh symbols of concrete contexts (new_dim with no symbolic inference running): the k-th
 #: fresh dim of any context is the same object.

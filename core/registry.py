@@ -5,7 +5,11 @@ Resolution rules (docs/ARCHITECTURE.md):
 * kernel = among KernelDefs whose opset range covers the model's opset and whose dtypes
   accept the node's input dtype, the highest priority;
 * equal priority with overlapping range and dtypes is a :class:`KernelConflictError`
-  raised when the registry is built, naming both plugins;
+  naming both plugins, raised when the registry is built (for a lazy library's records: when
+  their key is first looked up);
+* a plugin's :class:`~dynashape.records.LazyLibrary` modules are imported on the first
+  lookup of one of their keys (the builtin op families are such libraries), so building the
+  registry imports no op family;
 * rewrites run highest ``priority`` first, then by name; a name defined twice is an error.
 
 Third-party plugins are loaded from the entry-point group ``dynashape``. One that fails
@@ -19,7 +23,6 @@ import bisect
 import os
 import threading
 import warnings
-from dataclasses import replace
 from importlib import metadata
 from typing import Any, Optional, Sequence
 
@@ -28,7 +31,7 @@ import pluggy
 
 from . import hookspecs
 from .errors import KernelConflictError, PluginContractError, PluginError, UnsupportedOperatorError
-from .records import KernelDef, OpDef
+from .records import KernelDef, LazyLibrary, OpDef
 from .rewrite import RewriteDef
 
 __all__ = ["Registry", "get_registry", "register_plugin", "unregister_plugin",
@@ -38,63 +41,54 @@ ENTRY_POINT_GROUP = "dynashape"
 
 
 class Registry:
-    """An immutable index of every OpDef and KernelDef the registered plugins provide."""
+    """An index of every OpDef, KernelDef and rewrite the registered plugins provide.
 
-    def __init__(self, ops: list[OpDef], kernels: list[KernelDef], rewrites: Sequence[RewriteDef] = ()):
-        self._ops: dict[tuple[str, str], list[OpDef]] = {}
-        for op in ops:
-            versions = self._ops.setdefault((op.domain, op.op_type), [])
-            clash = next((o for o in versions if o.since_version == op.since_version), None)
-            if clash is not None:
-                raise PluginError(
-                    f"operator {op.domain or 'ai.onnx'}::{op.op_type} version {op.since_version} is "
-                    f"defined twice: by plugin '{clash.plugin}' and by plugin '{op.plugin}'")
-            versions.append(op)
-        for versions in self._ops.values():
-            versions.sort(key=lambda o: o.since_version)
-        self._kernels: dict[tuple[str, str], list[KernelDef]] = {}
-        for k in kernels:
-            self._kernels.setdefault((k.domain, k.op_type), []).append(k)
-        for group in self._kernels.values():
-            group.sort(key=lambda k: -k.priority)
-            _check_conflicts(group)
-        by_name: dict[str, RewriteDef] = {}
-        for rw in rewrites:
-            clash = by_name.get(rw.name)
-            if clash is not None:
-                raise PluginError(f"rewrite '{rw.name}' is defined twice: by plugin '{clash.plugin}' and by "
-                                  f"plugin '{rw.plugin}'")
-            by_name[rw.name] = rw
-        self._rewrites = sorted(by_name.values(), key=lambda r: (-r.priority, r.name))
+    Records of :class:`~dynashape.records.LazyLibrary` libraries are imported the first time
+    one of their keys is asked for (``resolve_op``, ``resolve_kernel``, ``schemas``,
+    ``kernels``) or, for libraries with rewrites, when ``rewrites()`` is called; everything
+    else is fixed when the registry is built. Thread-safe.
+    """
+
+    def __init__(self, ops: list[OpDef], kernels: list[KernelDef], rewrites: Sequence[RewriteDef] = (),
+                 libraries: Sequence[LazyLibrary] = ()):
+        self._store = _Records(libraries)
+        self._excluded: frozenset = frozenset()
+        self._store.add(ops, kernels, rewrites)
+        for key in {(r.domain, r.op_type) for r in (*ops, *kernels)}:
+            self._store.ensure(key)   # a clash with a lazy library's record shows now
 
     def without(self, plugins: frozenset) -> "Registry":
-        """This registry less every record of the named plugins (cached per set of names):
-        e.g. a session with the compiled kernels off."""
-        plugins = frozenset(plugins)
-        cache = self.__dict__.setdefault("_without", {})
-        if plugins not in cache:
-            keep = lambda r: r.plugin not in plugins  # noqa: E731
-            cache[plugins] = Registry([o for v in self._ops.values() for o in v if keep(o)],
-                                      [k for v in self._kernels.values() for k in v if keep(k)],
-                                      [r for r in self._rewrites if keep(r)])
-        return cache[plugins]
+        """This registry less every record of the named plugins (one view per set of names,
+        sharing what is loaded): e.g. a session with the compiled kernels off."""
+        plugins = frozenset(plugins) | self._excluded
+        views = self._store.views
+        if plugins not in views:
+            view = object.__new__(Registry)
+            view._store, view._excluded = self._store, plugins
+            views[plugins] = view
+        return views[plugins]
+
+    def _kept(self, records: list) -> list:
+        return [r for r in records if r.plugin not in self._excluded] if self._excluded else records
 
     def rewrites(self) -> list[RewriteDef]:
         """Every registered rewrite in the order they run: highest priority first, then name."""
-        return list(self._rewrites)
+        return list(self._kept(self._store.all_rewrites()))
 
     def op_types(self) -> list[tuple[str, str]]:
-        return sorted(self._ops)
+        """Every (domain, op_type) with an OpDef (imports every lazy library)."""
+        self._store.ensure_all()
+        return sorted(key for key, versions in self._store.ops.items() if self._kept(versions))
 
     def schemas(self, domain: str, op_type: str) -> list[OpDef]:
-        return list(self._ops.get((domain, op_type), []))
+        return list(self._kept(self._store.op_versions((domain, op_type))))
 
     def kernels(self, domain: str, op_type: str) -> list[KernelDef]:
-        return list(self._kernels.get((domain, op_type), []))
+        return list(self._kept(self._store.kernel_group((domain, op_type))))
 
     def resolve_op(self, domain: str, op_type: str, opset: int, node_name: str = "") -> OpDef:
         """The schema for a node; raises UnsupportedOperatorError naming what is registered."""
-        versions = self._ops.get((domain, op_type), [])
+        versions = self._kept(self._store.op_versions((domain, op_type)))
         i = bisect.bisect_right([o.since_version for o in versions], opset)
         if i == 0:
             have = ", ".join(f"{o.since_version} ({o.plugin})" for o in versions) or "none"
@@ -126,18 +120,133 @@ class Registry:
                 input_dtypes[k.dtype_input] if k.dtype_input < len(input_dtypes) else None)
             return not isinstance(d, np.dtype) or d.name in k.dtypes
 
-        for k in self._kernels.get((domain, op_type), []):
+        group = self._kept(self._store.kernel_group((domain, op_type)))
+        for k in group:
             if k.device == device and k.covers(opset) and accepts(k) and (
                     ctx is None or k.accepts is None or _kernel_accepts(k, ctx, node_name)):
                 return k
         name = None if dtype is None else dtype.name
         have = "; ".join(
             f"{k.plugin}: opsets {k.since_version}..{k.end_version or 'latest'}, dtypes of input {k.dtype_input} "
-            f"{sorted(k.dtypes) if k.dtypes else 'any'}" for k in self._kernels.get((domain, op_type), [])) or "none"
+            f"{sorted(k.dtypes) if k.dtypes else 'any'}" for k in group) or "none"
         where = f" (node '{node_name}')" if node_name else ""
         raise UnsupportedOperatorError(
             f"no {device} kernel for operator {op_type} of domain '{domain or 'ai.onnx'}' at opset {opset} "
             f"with input dtype {name}{where}; registered kernels: {have}")
+
+
+class _Records:
+    """What a registry and its views share: the records by key, and the lazy libraries not
+    imported yet (each imported once, under a lock)."""
+
+    def __init__(self, libraries: Sequence[LazyLibrary]):
+        self.lock = threading.RLock()
+        self.ops: dict[tuple[str, str], list[OpDef]] = {}
+        self.kernels: dict[tuple[str, str], list[KernelDef]] = {}
+        self.rewrites: dict[str, RewriteDef] = {}
+        self.ordered_rewrites: list[RewriteDef] = []
+        self.views: dict[frozenset, Registry] = {}
+        self.pending: dict[tuple[str, str], list[LazyLibrary]] = {}
+        self.pending_rewrites: list[LazyLibrary] = []
+        self.loaded: set = set()
+        for lib in libraries:
+            for key in lib.keys:
+                self.pending.setdefault(tuple(key), []).append(lib)
+            if lib.rewrites:
+                self.pending_rewrites.append(lib)
+
+    # lookups ---------------------------------------------------------------------
+    def op_versions(self, key: tuple) -> list[OpDef]:
+        if key in self.pending:
+            self.ensure(key)
+        return self.ops.get(key, [])
+
+    def kernel_group(self, key: tuple) -> list[KernelDef]:
+        if key in self.pending:
+            self.ensure(key)
+        return self.kernels.get(key, [])
+
+    def all_rewrites(self) -> list[RewriteDef]:
+        if self.pending_rewrites:
+            with self.lock:
+                for lib in list(self.pending_rewrites):
+                    self._load(lib)
+        return self.ordered_rewrites
+
+    # loading ---------------------------------------------------------------------
+    def ensure(self, key: tuple) -> None:
+        """Import every pending library that declares ``key``."""
+        with self.lock:
+            for lib in self.pending.pop(key, ()):
+                self._load(lib)
+
+    def ensure_all(self) -> None:
+        with self.lock:
+            for key in list(self.pending):
+                self.ensure(key)
+            self.all_rewrites()
+
+    def _load(self, lib: LazyLibrary) -> None:
+        ident = (lib.plugin, lib.module, lib.attr)
+        if ident in self.loaded:
+            return
+        self.loaded.add(ident)
+        if lib in self.pending_rewrites:
+            self.pending_rewrites.remove(lib)
+        try:
+            library = lib.load()
+        except Exception as exc:  # a broken library is reported, never fatal (as a broken entry point)
+            _load_errors[f"{lib.plugin}:{lib.module}"] = f"{type(exc).__name__}: {exc}"
+            warnings.warn(f"dynashape: module '{lib.module}' of plugin '{lib.plugin}' failed to import and is "
+                          f"skipped: {type(exc).__name__}: {exc}", RuntimeWarning, stacklevel=4)
+            return
+        undeclared = sorted({(r.domain, r.op_type) for r in (*library.ops, *library.kernels)} - set(lib.keys))
+        if undeclared:
+            names = ", ".join(f"{domain or 'ai.onnx'}::{op_type}" for domain, op_type in undeclared)
+            raise PluginContractError(
+                f"module '{lib.module}' of plugin '{lib.plugin}' registers {names}, which its LazyLibrary does not "
+                f"declare in keys (regenerate its index: dynashape plugins --index {lib.module})")
+        self.add([_stamped(r, lib.plugin) for r in library.ops], [_stamped(k, lib.plugin) for k in library.kernels],
+                 [_stamped(r, lib.plugin) for r in library.rewrites])
+
+    def add(self, ops: Sequence[OpDef], kernels: Sequence[KernelDef], rewrites: Sequence[RewriteDef]) -> None:
+        """Index records; raises PluginError / KernelConflictError as the module docstring says."""
+        for op in ops:
+            versions = self.ops.setdefault((op.domain, op.op_type), [])
+            clash = next((o for o in versions if o.since_version == op.since_version), None)
+            if clash is not None:
+                raise PluginError(
+                    f"operator {op.domain or 'ai.onnx'}::{op.op_type} version {op.since_version} is "
+                    f"defined twice: by plugin '{clash.plugin}' and by plugin '{op.plugin}'")
+            versions.append(op)
+            versions.sort(key=lambda o: o.since_version)
+        touched = set()
+        for k in kernels:
+            self.kernels.setdefault((k.domain, k.op_type), []).append(k)
+            touched.add((k.domain, k.op_type))
+        for key in touched:
+            group = self.kernels[key]
+            group.sort(key=lambda k: -k.priority)
+            _check_conflicts(group)
+        for rw in rewrites:
+            clash = self.rewrites.get(rw.name)
+            if clash is not None:
+                raise PluginError(f"rewrite '{rw.name}' is defined twice: by plugin '{clash.plugin}' and by "
+                                  f"plugin '{rw.plugin}'")
+            self.rewrites[rw.name] = rw
+        if rewrites:
+            self.ordered_rewrites = sorted(self.rewrites.values(), key=lambda r: (-r.priority, r.name))
+
+
+def _stamped(record: Any, plugin: str) -> Any:
+    """``record`` with ``plugin`` set (a copy: the plugin's own record is left as it is;
+    cheaper than ``dataclasses.replace``, which runs ``__init__`` again)."""
+    if record.plugin == plugin:
+        return record
+    copy = object.__new__(type(record))
+    copy.__dict__.update(record.__dict__)
+    copy.__dict__["plugin"] = plugin
+    return copy
 
 
 def _kernel_accepts(k: KernelDef, ctx: Any, node_name: str) -> bool:
@@ -273,18 +382,12 @@ def get_registry() -> Registry:
     global _registry
     with _lock:
         if _registry is None:
-            pm = plugin_manager()
-            ops: list[OpDef] = []
-            kernels: list[KernelDef] = []
-            for impl in pm.hook.dynashape_register_ops.get_hookimpls():
-                for rec in impl.function() or ():
-                    ops.append(replace(rec, plugin=impl.plugin_name))
-            for impl in pm.hook.dynashape_register_kernels.get_hookimpls():
-                for rec in impl.function() or ():
-                    kernels.append(replace(rec, plugin=impl.plugin_name))
-            rewrites: list[RewriteDef] = []
-            for impl in pm.hook.dynashape_register_rewrites.get_hookimpls():
-                for rec in impl.function() or ():
-                    rewrites.append(replace(rec, plugin=impl.plugin_name))
-            _registry = Registry(ops, kernels, rewrites)
+            hook = plugin_manager().hook
+
+            def collected(caller) -> list:
+                return [_stamped(rec, impl.plugin_name) for impl in caller.get_hookimpls()
+                        for rec in impl.function() or ()]
+            _registry = Registry(collected(hook.dynashape_register_ops), collected(hook.dynashape_register_kernels),
+                                 collected(hook.dynashape_register_rewrites),
+                                 collected(hook.dynashape_register_libraries))
         return _registry

@@ -248,20 +248,47 @@ class _GraphState:
 
     def replace(self, m: "Match", built: list) -> dict:
         """The matched nodes out, ``built`` in at the root's place, forwards applied; returns
-        {id of a node a forward rewrote: its new node}."""
+        {id of a node a forward rewrote: its new node}. The index is updated for the nodes
+        that changed only (a pass over a large graph fires hundreds of times)."""
         gone = {id(n) for n in m.matched}
         at = next(i for i, n in enumerate(self.nodes) if n is m.root)
         nodes = [n for n in self.nodes[:at] if id(n) not in gone] + built + \
             [n for n in self.nodes[at + 1:] if id(n) not in gone]
+        for n in m.matched:
+            self._unindex(n)
+        for n in built:
+            self._index(n)
         renamed = {}
         if m.forwards:
-            forwarded = [_forwarded(n, m.forwards) for n in nodes]
-            renamed = {id(a): b for a, b in zip(nodes, forwarded) if a is not b}
-            nodes = forwarded
+            readers = {id(c): c for name in m.forwards for c in self.consumers.get(name, ()) if id(c) in self.alive}
+            for old in readers.values():
+                new_node = _forwarded(old, m.forwards)
+                self._unindex(old)
+                self._index(new_node)
+                renamed[id(old)] = new_node
+            nodes = [renamed.get(id(n), n) for n in nodes]
         self.nodes = nodes
         self.constants.update(m.new_constants)
-        self.reindex()
         return renamed
+
+    def _index(self, n: Node) -> None:
+        self.alive.add(id(n))
+        for o in n.outputs:
+            if o:
+                self.producer[o] = n
+        for i in n.inputs:
+            if i:
+                self.consumers.setdefault(i, []).append(n)
+
+    def _unindex(self, n: Node) -> None:
+        self.alive.discard(id(n))
+        for o in n.outputs:
+            if o and self.producer.get(o) is n:
+                del self.producer[o]
+        for i in n.inputs:
+            readers = self.consumers.get(i)
+            if readers:
+                readers[:] = [c for c in readers if c is not n]
 
     def fresh(self, hint: str) -> str:
         while True:

@@ -43,6 +43,25 @@ def intra_op_threads() -> int:
 _DEFAULT = [0]   # default_threads(), once known (intra_op_threads runs in every compiled kernel call)
 
 
+_controllers: list = [-1, []]   # (len(sys.modules) when scanned, the BLAS controllers then)
+
+
+def _blas_controllers() -> list:
+    """threadpoolctl's controllers of the loaded BLAS libraries. Finding them walks every
+    loaded shared library (~5-10 ms), so the list is kept until a module is imported (how a
+    new BLAS, scipy's or torch's, arrives)."""
+    import sys
+    with _controllers_lock:
+        if _controllers[0] != len(sys.modules):
+            from threadpoolctl import ThreadpoolController
+            libs = [lib for lib in ThreadpoolController().lib_controllers if lib.user_api == "blas"]
+            _controllers[:] = [len(sys.modules), libs]
+        return _controllers[1]
+
+
+_controllers_lock = threading.Lock()
+
+
 class BlasThreads:
     """``enter()`` / ``leave()`` around a run limit every loaded BLAS library to ``n`` threads.
 
@@ -51,10 +70,8 @@ class BlasThreads:
     """
 
     def __init__(self, n: int):
-        from threadpoolctl import ThreadpoolController
-
         self.n = n
-        self._libs = [lib for lib in ThreadpoolController().lib_controllers if lib.user_api == "blas"]
+        self._libs = _blas_controllers()
         self._lock = threading.Lock()
         self._inside = 0
         self._saved: list = []

@@ -29,14 +29,15 @@ prepared (:mod:`dynashape.graph`).
 """
 from __future__ import annotations
 
-from functools import lru_cache
-from typing import Any, Optional
+from typing import Optional
 
 import onnx
 from onnx import AttributeProto, defs
 
+from . import onnx_schemas
 from .errors import (DuplicateNameError, InvalidAttributeError, InvalidModelError, ModelLoadError, NestingLimitError,
                      TypeConstraintError, UndefinedValueError)
+from .onnx_schemas import Schema
 
 __all__ = ["validate_model", "MAX_NESTING"]
 
@@ -48,8 +49,6 @@ _TYPE_NAMES = {int(v): k for k, v in AttributeProto.AttributeType.items()}
 #: INT attributes that hold an element type (TensorProto.DataType)
 _DTYPE_ATTRIBUTES = ("to", "dtype", "output_dtype")
 _ELEM_TYPES = {int(v) for k, v in onnx.TensorProto.DataType.items() if k != "UNDEFINED"}
-_OPTIONAL = defs.OpSchema.FormalParameterOption.Optional
-_VARIADIC = defs.OpSchema.FormalParameterOption.Variadic
 
 
 def validate_model(model: onnx.ModelProto, opsets: dict[str, int]) -> None:
@@ -60,6 +59,13 @@ def validate_model(model: onnx.ModelProto, opsets: dict[str, int]) -> None:
         opset, arity), DuplicateNameError, UndefinedValueError, InvalidAttributeError,
         TypeConstraintError, NestingLimitError.
     """
+    try:
+        _check_model(model, opsets)
+    finally:
+        onnx_schemas.save()   # the schemas looked up, valid model or not
+
+
+def _check_model(model: onnx.ModelProto, opsets: dict[str, int]) -> None:
     _check_header(model, opsets)
     pending: list[tuple[onnx.GraphProto, tuple, int, str]] = [(model.graph, (), 0, model.graph.name or "main")]
     while pending:
@@ -145,21 +151,13 @@ def _check_graph(graph: onnx.GraphProto, outer: tuple, opsets: dict, path: str) 
     return defined
 
 
-@lru_cache(maxsize=None)
-def _schema(op_type: str, opset: int, domain: str) -> Optional[Any]:
-    try:
-        return defs.get_schema(op_type, opset, domain)
-    except Exception:  # noqa: BLE001 - onnx's SchemaError: no schema (custom domains, newer opsets)
-        return None
-
-
-def _node_schema(node: onnx.NodeProto, opsets: dict) -> Optional[Any]:
+def _node_schema(node: onnx.NodeProto, opsets: dict) -> Optional[Schema]:
     domain = "" if node.domain == "ai.onnx" else node.domain
     opset = opsets.get(domain)
-    return None if opset is None else _schema(node.op_type, opset, domain)
+    return None if opset is None else onnx_schemas.get_schema(node.op_type, opset, domain)
 
 
-def _check_arity(node: onnx.NodeProto, schema: Any, at: str, name: str, path: str) -> None:
+def _check_arity(node: onnx.NodeProto, schema: Schema, at: str, name: str, path: str) -> None:
     for what, given, low, high in (("inputs", len(node.input), schema.min_input, schema.max_input),
                                    ("outputs", len(node.output), schema.min_output, schema.max_output)):
         if not low <= given <= high:
@@ -168,7 +166,7 @@ def _check_arity(node: onnx.NodeProto, schema: Any, at: str, name: str, path: st
                                     node=name, op_type=node.op_type, graph=path)
     for k, value in enumerate(node.input):
         formal = schema.inputs[min(k, len(schema.inputs) - 1)] if schema.inputs else None
-        if not value and formal is not None and formal.option != _OPTIONAL:
+        if not value and formal is not None and not formal.optional:
             raise InvalidModelError(f"{at} leaves its required input {k} ('{formal.name}') empty",
                                     node=name, op_type=node.op_type, graph=path)
 
@@ -188,9 +186,9 @@ def _tensor_type(elem_type: int) -> str:
     return f"tensor({onnx.TensorProto.DataType.Name(elem_type).lower()})"
 
 
-def _check_types(node: onnx.NodeProto, schema: Any, declared: dict, at: str, name: str, path: str) -> None:
+def _check_types(node: onnx.NodeProto, schema: Schema, declared: dict, at: str, name: str, path: str) -> None:
     """Declared input types against the schema's constraints, each constraint bound once."""
-    constraints = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
+    constraints = schema.type_constraints
     bound: dict[str, tuple] = {}
     for k, value in enumerate(node.input):
         if value not in declared or not schema.inputs:
@@ -201,7 +199,7 @@ def _check_types(node: onnx.NodeProto, schema: Any, declared: dict, at: str, nam
         if got not in allowed:
             raise TypeConstraintError(f"{at}: input {k} '{value}' ({formal.name}) is {got}; {node.op_type} takes "
                                       f"{', '.join(sorted(allowed))}", node=name, op_type=node.op_type, graph=path)
-        if formal.type_str in constraints and (formal.option != _VARIADIC or formal.is_homogeneous):
+        if formal.type_str in constraints and (not formal.variadic or formal.is_homogeneous):
             first = bound.setdefault(formal.type_str, (k, value, got))
             if first[2] != got:
                 raise TypeConstraintError(f"{at}: input {k} '{value}' is {got} but input {first[0]} '{first[1]}' is "
@@ -209,7 +207,7 @@ def _check_types(node: onnx.NodeProto, schema: Any, declared: dict, at: str, nam
                                           node=name, op_type=node.op_type, graph=path)
 
 
-def _check_attributes(node: onnx.NodeProto, schema: Any, at: str, name: str, path: str) -> None:
+def _check_attributes(node: onnx.NodeProto, schema: Schema, at: str, name: str, path: str) -> None:
     given = set()
     for a in node.attribute:
         given.add(a.name)
@@ -221,8 +219,8 @@ def _check_attributes(node: onnx.NodeProto, schema: Any, at: str, name: str, pat
             raise InvalidAttributeError(f"{at} has attribute '{a.name}', which {node.op_type}-{schema.since_version} "
                                         f"does not define (its attributes: {known})",
                                         node=name, op_type=node.op_type, graph=path)
-        if a.type and a.type != int(spec.type):
-            raise InvalidAttributeError(f"{at}: attribute '{a.name}' must be {spec.type.name}, got "
+        if a.type and a.type != spec.type:
+            raise InvalidAttributeError(f"{at}: attribute '{a.name}' must be {spec.type_name}, got "
                                         f"{_TYPE_NAMES.get(a.type, a.type)}",
                                         node=name, op_type=node.op_type, graph=path)
         if a.name in _DTYPE_ATTRIBUTES and a.type == AttributeProto.INT and a.i not in _ELEM_TYPES:
@@ -230,5 +228,5 @@ def _check_attributes(node: onnx.NodeProto, schema: Any, at: str, name: str, pat
                                         "(TensorProto.DataType)", node=name, op_type=node.op_type, graph=path)
     for name, spec in schema.attributes.items():
         if spec.required and name not in given:
-            raise InvalidAttributeError(f"{at} lacks its required attribute '{name}' ({spec.type.name})",
+            raise InvalidAttributeError(f"{at} lacks its required attribute '{name}' ({spec.type_name})",
                                         node=name, op_type=node.op_type, graph=path)

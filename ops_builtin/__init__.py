@@ -6,10 +6,14 @@ One module per op family (``shape_ops``, ``tensor_ops``, ``elementwise``, ``acti
 ``signal``, ``text``, ``ml``, ``training``, ``random``), the fused ops the rewrites make
 (``fusions``) and the graph rewrites (``rewrites``); each holds an
 :class:`~dynashape.records.OpLibrary` named ``lib``. Find an op by its ONNX name there.
+
+The families are lazy libraries (:class:`~dynashape.records.LazyLibrary`): a family is
+imported when a model first uses one of its ops, ``rewrites`` when the rewrites first run.
+:mod:`.index` lists the ops of each; regenerate it after adding or removing an op::
+
+    python -m dynashape.ops_builtin
 """
 from __future__ import annotations
-
-import importlib
 
 from dynashape.hookspecs import hookimpl
 
@@ -17,29 +21,17 @@ FAMILIES = ("shape_ops", "tensor_ops", "elementwise", "activations", "reduction"
             "nn", "resize", "rnn", "control_flow", "quantization", "attention", "normalization", "loss",
             "detection", "image", "sequence", "signal", "text", "ml", "training", "random",
             "fusions", "rewrites")
+#: the command that regenerates :mod:`.index`
+INDEX_COMMAND = "python -m dynashape.ops_builtin"
 
 
-def _libraries():
-    for name in FAMILIES:
-        try:
-            module = importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"{__name__}.{name}":
-                continue
-            raise
-        yield module.lib
+def family_modules() -> list[str]:
+    return [f"{__name__}.{name}" for name in FAMILIES]
 
 
 @hookimpl
-def dynashape_register_ops():
-    return [op for lib in _libraries() for op in lib.ops]
+def dynashape_register_libraries():
+    from dynashape.libindex import libraries
 
-
-@hookimpl
-def dynashape_register_kernels():
-    return [k for lib in _libraries() for k in lib.kernels]
-
-
-@hookimpl
-def dynashape_register_rewrites():
-    return [r for lib in _libraries() for r in lib.rewrites]
+    from .index import INDEX
+    return libraries(INDEX)

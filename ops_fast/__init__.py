@@ -89,13 +89,12 @@ def enabled() -> bool:
 
 
 @hookimpl
-def dynashape_register_ops():
-    return []
-
-
-@hookimpl
-def dynashape_register_kernels():
+def dynashape_register_libraries():
+    """The compiled kernels' families (:mod:`.kernels`), each imported when a model first has
+    one of its ops."""
     if not enabled():
         return []
-    from .kernels import all_kernels
-    return all_kernels()
+    from dynashape.libindex import libraries
+
+    from .index import INDEX
+    return libraries(INDEX)

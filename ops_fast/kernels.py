@@ -19,11 +19,11 @@ handles) and the numpy kernel otherwise, so a node never fails here that would r
 """
 from __future__ import annotations
 
-from . import activations, conv, conv_transpose, normalization, pool, recurrent, resize, softmax
+#: the family modules, in the order their kernels are listed (their index: :mod:`.index`)
+FAMILIES = ("activations", "normalization", "softmax", "conv", "conv_transpose", "pool", "resize", "recurrent")
+#: the command that regenerates :mod:`.index` (both plugins' indexes)
+INDEX_COMMAND = "python -m dynashape.ops_fast"
 
-FAMILIES = (activations, normalization, softmax, conv, conv_transpose, pool, resize, recurrent)
 
-
-def all_kernels() -> list:
-    """Every compiled KernelDef, family by family."""
-    return [kernel for family in FAMILIES for kernel in family.lib.kernels]
+def family_modules() -> list[str]:
+    return [f"dynashape.ops_fast.{name}" for name in FAMILIES]

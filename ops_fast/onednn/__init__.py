@@ -39,27 +39,23 @@ def enabled() -> bool:
     return os.environ.get("DYNASHAPE_ONEDNN", "1") not in off and os.environ.get("DYNASHAPE_FAST", "1") not in off
 
 
-def _families() -> tuple:
-    from . import conv, gemm, pool, reorder, rowwise
-    return gemm, conv, pool, reorder, rowwise
+#: the kernel modules (their index: :mod:`.index`)
+FAMILIES = ("gemm", "conv", "pool", "reorder", "rowwise", "layout")
+
+
+def family_modules() -> list[str]:
+    return [f"{__name__}.{name}" for name in FAMILIES]
 
 
 @hookimpl
-def dynashape_register_ops():
-    """The ops of the layout pass (NhwcConv, NhwcMaxPool, NhwcAveragePool)."""
-    return [op for family in _families() for op in family.lib.ops] if enabled() else []
-
-
-@hookimpl
-def dynashape_register_kernels():
-    """Every oneDNN-backed KernelDef, and the numpy reference kernels of the NHWC ops."""
-    return [k for family in _families() for k in family.lib.kernels] if enabled() else []
-
-
-@hookimpl
-def dynashape_register_rewrites():
-    """The channels-last layout pass."""
+def dynashape_register_libraries():
+    """The oneDNN-backed KernelDefs and the numpy reference kernels of the NHWC ops (with the
+    ops of the layout pass: NhwcConv, NhwcMaxPool, NhwcAveragePool), one library per module,
+    each imported when a model first has one of its ops; the channels-last layout pass
+    (:mod:`.layout`) when the rewrites first run."""
     if not enabled():
         return []
-    from .layout import CHANNELS_LAST
-    return [CHANNELS_LAST]
+    from dynashape.libindex import libraries
+
+    from .index import INDEX
+    return libraries(INDEX)

@@ -38,6 +38,7 @@ from typing import Optional
 
 import numpy as np
 from dynashape.model import Node
+from dynashape.records import OpLibrary
 from dynashape.ops_builtin import fusions
 from dynashape.rewrite import GraphPass, GraphView, Match
 
@@ -383,3 +384,6 @@ def _without_dead_transposes(nodes: list, outputs: set) -> list:
 CHANNELS_LAST = GraphPass("channels_last", to_channels_last, roots=CONVS, priority=5,
                           description="2-D Conv regions in NHWC for oneDNN: Transposes at the borders, residual "
                                       "Add and activations absorbed into NhwcConv")
+
+#: the pass as a library (imported when the rewrites first run)
+lib = OpLibrary(rewrites=[CHANNELS_LAST])

@@ -155,7 +155,7 @@ def test_broken_entry_point_is_reported_and_skipped(monkeypatch):
 def test_builtin_ops_come_through_the_same_hooks():
     pm = dynashape.registry.plugin_manager()
     assert pm.has_plugin("dynashape.ops_builtin")
-    names = {impl.plugin_name for impl in pm.hook.dynashape_register_ops.get_hookimpls()}
+    names = {impl.plugin_name for impl in pm.hook.dynashape_register_libraries.get_hookimpls()}
     assert "dynashape.ops_builtin" in names
 
 

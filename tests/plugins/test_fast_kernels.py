@@ -323,11 +323,11 @@ def test_the_plugin_says_why_it_is_off_without_numba(monkeypatch):
         importlib.reload(ops_fast)
         assert not ops_fast.AVAILABLE and not ops_fast.enabled()
         assert "pip install 'dynashape[fast]'" in ops_fast.REASON
-        assert ops_fast.dynashape_register_kernels() == []
+        assert ops_fast.dynashape_register_libraries() == []
     finally:
         monkeypatch.undo()
         importlib.reload(ops_fast)
-    assert ops_fast.enabled() and ops_fast.dynashape_register_kernels()
+    assert ops_fast.enabled() and ops_fast.dynashape_register_libraries()
 
 
 @pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])

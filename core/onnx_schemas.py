@@ -1,0 +1,159 @@
+"""ONNX operator schemas as plain data, kept in a per-user disk cache per onnx version.
+
+Load-time validation (:mod:`dynashape.validate`) reads, for each node, its schema's arity,
+attributes and type constraints. ``onnx.defs.get_schema`` answers from onnx's C++ schema
+registry, whose first use registers every schema of every domain (~20 ms, once per process:
+as long as a small model's whole session). The facts read are kept here as
+:class:`Schema` tuples, and the ones a process looked up are written to
+``<cache dir>/onnx-schemas-<onnx version>.json`` (JSON: data only), so the next process
+reads them from there and touches ``onnx.defs`` only for a schema it has not seen.
+
+Cache directory: ``DYNASHAPE_CACHE_DIR``, else ``$XDG_CACHE_HOME/dynashape``, else
+``~/.cache/dynashape``; ``DYNASHAPE_CACHE_DIR=off`` (or ``0``, ``none``) turns the disk
+cache off. A cache that cannot be read or written is ignored (the schemas come from onnx).
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+from pathlib import Path
+from typing import NamedTuple, Optional
+
+import onnx
+from onnx import defs
+
+__all__ = ["Schema", "Formal", "Attribute", "get_schema", "cache_dir", "save"]
+
+_OPTIONAL = int(defs.OpSchema.FormalParameterOption.Optional)
+_VARIADIC = int(defs.OpSchema.FormalParameterOption.Variadic)
+
+
+class Formal(NamedTuple):
+    """A formal input of a schema: its name, ``option`` (onnx's FormalParameterOption:
+    0 single, 1 optional, 2 variadic), type string (``"T"`` or ``"tensor(int64)"``) and
+    whether a variadic one takes one type for all its values."""
+    name: str
+    option: int
+    type_str: str
+    is_homogeneous: bool
+
+    @property
+    def optional(self) -> bool:
+        return self.option == _OPTIONAL
+
+    @property
+    def variadic(self) -> bool:
+        return self.option == _VARIADIC
+
+
+class Attribute(NamedTuple):
+    """An attribute of a schema: its AttributeProto type (int and name) and whether it is required."""
+    type: int
+    type_name: str
+    required: bool
+
+
+class Schema(NamedTuple):
+    """What validation reads of one operator schema (``onnx.defs.OpSchema``)."""
+    since_version: int
+    min_input: int
+    max_input: int
+    min_output: int
+    max_output: int
+    inputs: tuple        # of Formal
+    attributes: dict     # name -> Attribute
+    type_constraints: dict   # type parameter ("T") -> tuple of allowed type strings
+
+
+_lock = threading.Lock()
+_schemas: dict[str, Optional[Schema]] = {}
+_loaded = False
+_dirty = False
+
+
+def cache_dir() -> Optional[Path]:
+    """The per-user cache directory (None: the disk cache is off)."""
+    configured = os.environ.get("DYNASHAPE_CACHE_DIR")
+    if configured is not None:
+        return None if configured.strip().lower() in ("", "0", "off", "none", "false") else Path(configured)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "dynashape"
+
+
+def _cache_file() -> Optional[Path]:
+    root = cache_dir()
+    return None if root is None else root / f"onnx-schemas-{onnx.__version__}.json"
+
+
+def get_schema(op_type: str, opset: int, domain: str) -> Optional[Schema]:
+    """The schema of ``domain::op_type`` at ``opset`` (None: onnx defines none there)."""
+    key = f"{domain}\t{op_type}\t{opset}"
+    found = _schemas.get(key, _schemas)
+    if found is not _schemas:
+        return found
+    global _dirty
+    with _lock:
+        _load()
+        if key not in _schemas:
+            _schemas[key] = _from_onnx(op_type, opset, domain)
+            _dirty = True
+        return _schemas[key]
+
+
+def save() -> None:
+    """Write the schemas looked up so far to the disk cache, when any came from onnx."""
+    global _dirty
+    path = _cache_file()
+    if not _dirty or path is None:
+        return
+    with _lock:
+        data = {k: None if s is None else _to_json(s) for k, s in _schemas.items()}
+        _dirty = False
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, separators=(",", ":"))
+        os.replace(tmp, path)   # atomic: a concurrent reader sees the old file or the new one
+    except OSError:
+        pass
+
+
+def _load() -> None:
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    path = _cache_file()
+    if path is None:
+        return
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        _schemas.update({k: None if v is None else _from_json(v) for k, v in data.items()})
+    except (OSError, ValueError, TypeError, KeyError):
+        pass   # absent or unreadable: the schemas come from onnx (and the file is rewritten)
+
+
+def _from_onnx(op_type: str, opset: int, domain: str) -> Optional[Schema]:
+    try:
+        s = defs.get_schema(op_type, opset, domain)
+    except Exception:  # noqa: BLE001 - onnx's SchemaError: no schema (custom domains, newer opsets)
+        return None
+    return Schema(
+        s.since_version, s.min_input, s.max_input, s.min_output, s.max_output,
+        tuple(Formal(f.name, int(f.option), f.type_str, bool(f.is_homogeneous)) for f in s.inputs),
+        {name: Attribute(int(a.type), a.type.name, bool(a.required)) for name, a in s.attributes.items()},
+        {c.type_param_str: tuple(c.allowed_type_strs) for c in s.type_constraints})
+
+
+def _to_json(s: Schema) -> list:
+    return [s.since_version, s.min_input, s.max_input, s.min_output, s.max_output,
+            [list(f) for f in s.inputs], {k: list(a) for k, a in s.attributes.items()}, s.type_constraints]
+
+
+def _from_json(v: list) -> Schema:
+    return Schema(*v[:5], tuple(Formal(*f) for f in v[5]), {k: Attribute(*a) for k, a in v[6].items()},
+                  {k: tuple(t) for k, t in v[7].items()})

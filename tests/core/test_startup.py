@@ -1,0 +1,253 @@
+"""What a fresh process pays before its first result (issue 23): an import that imports no
+op family, no plugin and no heavy library; op libraries imported when a model first uses
+them (``LazyLibrary``, the builtin families' index kept current); onnx's schemas read from
+the disk cache; generated code compiled once per process."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import dynashape
+from dynashape import hookimpl, libindex, onnx_schemas
+from dynashape.errors import PluginContractError, UnsupportedOperatorError
+from dynashape.records import LazyLibrary
+
+#: modules ``import dynashape`` must leave unimported (issue 23, item 1)
+HEAVY = ("numba", "llvmlite", "onnx.reference", "matplotlib", "ray", "dynashape.ops_fast", "dynashape.session",
+         "dynashape.engine", "dynashape_example")
+
+
+def _imported_after(code: str, env: dict | None = None) -> set:
+    """The module names a fresh interpreter has imported after running ``code``."""
+    script = code + "\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))\n"
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, env=env)
+    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def _families(modules: set) -> set:
+    prefix = "dynashape.ops_builtin."
+    return {m[len(prefix):] for m in modules if m.startswith(prefix) and m != prefix + "index"}
+
+
+def test_import_dynashape_imports_no_op_family_plugin_or_heavy_library():
+    modules = _imported_after("import dynashape")
+    assert not _families(modules)
+    assert not {m for m in modules for h in HEAVY if m == h or m.startswith(h + ".")}
+
+
+def test_building_the_registry_imports_no_op_family():
+    # (the example plugin registers records for builtin keys eagerly: their families load at
+    # once, to find a clash when the registry is built; it is left out here)
+    import os
+    env = dict(os.environ, DYNASHAPE_PLUGINS_BLOCK="example")
+    modules = _imported_after("import dynashape; dynashape.get_registry()", env)
+    assert not _families(modules)
+    assert "numba" not in modules
+
+
+def test_a_session_imports_only_the_families_its_model_uses():
+    code = textwrap.dedent("""
+        import numpy as np, dynashape
+        from onnx import TensorProto, helper
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])
+        g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+        s = dynashape.InferenceSession(m, optimize=False)
+        assert s.run(None, {"x": np.array([-1.0, 2.0], np.float32)})[0].tolist() == [0.0, 2.0]
+    """)
+    import os
+    families = _families(_imported_after(code, dict(os.environ, DYNASHAPE_PLUGINS_BLOCK="example")))
+    assert "activations" in families
+    assert not families & {"control_flow", "rnn", "sequence", "quantization", "attention", "text", "ml", "signal"}
+
+
+@pytest.mark.parametrize("index_module", ["dynashape.ops_builtin.index", "dynashape.ops_fast.index",
+                                          "dynashape.ops_fast.onednn.index"])
+def test_each_library_index_is_current(index_module):
+    import importlib
+    index = importlib.import_module(index_module).INDEX
+    for module, entry in index.items():
+        assert libindex.describe(module) == entry, (
+            f"{index_module} is stale for {module}: regenerate it (python -m dynashape.ops_builtin, "
+            f"python -m dynashape.ops_fast)")
+
+
+# a third-party plugin's lazy library -------------------------------------------------
+
+_LIBRARY = '''
+import numpy as np
+from dynashape import OpLibrary, same_dtype
+lib = OpLibrary()
+
+@lib.op("Triple", since_version=1, domain="com.lazy", infer_dtype=same_dtype(0))
+def _shape(ctx):
+    return [ctx.shape(0)]
+
+@lib.kernel("Triple", domain="com.lazy")
+def _triple(inputs, outputs, ctx):
+    np.multiply(inputs[0], 3, out=outputs[0])
+'''
+
+
+def _triple_model():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])
+    g = helper.make_graph([helper.make_node("Triple", ["x"], ["y"], domain="com.lazy")], "g", [x], [y])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.lazy", 1)])
+
+
+@pytest.fixture
+def lazy_plugin(tmp_path, monkeypatch):
+    """Registers a plugin whose one library lives in a module written to ``tmp_path``;
+    yields (register(keys, source), module name)."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    names = []
+
+    def register(keys, source=_LIBRARY, module="lazy_triple_lib"):
+        (tmp_path / f"{module}.py").write_text(source)
+        sys.modules.pop(module, None)
+
+        class Plugin:
+            @staticmethod
+            @hookimpl
+            def dynashape_register_libraries():
+                return [LazyLibrary(module, frozenset(keys))]
+        names.append(dynashape.register_plugin(Plugin, name=f"lazy-{len(names)}"))
+        return names[-1]
+
+    yield register
+    for n in names:
+        dynashape.unregister_plugin(n)
+    sys.modules.pop("lazy_triple_lib", None)
+
+
+def test_a_lazy_library_is_imported_at_the_first_lookup_of_its_op(lazy_plugin):
+    name = lazy_plugin([("com.lazy", "Triple")])
+    registry = dynashape.get_registry()
+    assert "lazy_triple_lib" not in sys.modules
+    (y,) = dynashape.InferenceSession(_triple_model()).run(None, {"x": np.array([1, -2], np.float32)})
+    np.testing.assert_array_equal(y, [3, -6])
+    assert "lazy_triple_lib" in sys.modules
+    assert registry.resolve_op("com.lazy", "Triple", 1).plugin == name
+    assert registry.resolve_kernel("com.lazy", "Triple", 1, np.dtype(np.float32)).plugin == name
+
+
+def test_a_stale_index_names_the_undeclared_op(lazy_plugin):
+    lazy_plugin([("com.lazy", "Triple")], source=_LIBRARY + '''
+@lib.kernel("Quadruple", domain="com.lazy")
+def _quadruple(inputs, outputs, ctx):
+    np.multiply(inputs[0], 4, out=outputs[0])
+''')
+    with pytest.raises(PluginContractError, match=r"lazy_triple_lib.*com\.lazy::Quadruple.*does not declare"):
+        dynashape.InferenceSession(_triple_model())
+
+
+def test_a_library_that_fails_to_import_is_reported_and_skipped(lazy_plugin):
+    lazy_plugin([("com.lazy", "Triple")], source="raise ImportError('no such dependency')\n")
+    with pytest.warns(RuntimeWarning, match="lazy_triple_lib.*failed to import.*no such dependency"):
+        with pytest.raises(UnsupportedOperatorError, match="Triple"):
+            dynashape.InferenceSession(_triple_model())
+    assert any("no such dependency" in e for e in dynashape.registry.plugin_load_errors().values())
+
+
+def test_an_eager_kernel_clashing_with_a_lazy_builtin_one_fails_when_the_registry_is_built():
+    from dynashape.records import OpLibrary
+    lib = OpLibrary()
+
+    @lib.kernel("Relu", since_version=1)   # priority 0, like the builtin Relu kernel
+    def _relu(inputs, outputs, ctx):
+        np.maximum(inputs[0], 0, out=outputs[0])
+
+    dynashape.register_plugin(lib.plugin(), name="clashing-relu")
+    try:
+        with pytest.raises(dynashape.KernelConflictError, match="clashing-relu"):
+            dynashape.get_registry()
+    finally:
+        dynashape.unregister_plugin("clashing-relu")
+
+
+def test_a_registry_without_a_plugin_shares_what_is_loaded():
+    registry = dynashape.get_registry()
+    view = registry.without(frozenset({"dynashape.ops_builtin"}))
+    assert view is registry.without(frozenset({"dynashape.ops_builtin"}))
+    assert registry.resolve_op("", "Relu", 17).plugin == "dynashape.ops_builtin"
+    with pytest.raises(UnsupportedOperatorError):
+        view.resolve_op("", "Relu", 17)
+
+
+# onnx's schemas from the disk cache --------------------------------------------------
+
+_VALIDATE = textwrap.dedent("""
+    import sys, onnx
+    from onnx import helper, TensorProto, defs
+    if sys.argv[1] == "no-defs":
+        def refuse(*a, **k):
+            raise AssertionError("onnx.defs.get_schema was called")
+        defs.get_schema = refuse
+    from dynashape.model import load_model
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+    node = helper.make_node("Relu", ["x"], ["y"], alpha=1.0)   # Relu has no attribute alpha
+    m = helper.make_model(helper.make_graph([node], "g", [x], [y]), opset_imports=[helper.make_opsetid("", 17)])
+    try:
+        load_model(m)
+    except Exception as exc:
+        print(type(exc).__name__, exc)
+""")
+
+
+def _validate_in_subprocess(cache_dir, mode: str) -> str:
+    import os
+    env = dict(os.environ, DYNASHAPE_CACHE_DIR=str(cache_dir))
+    return subprocess.run([sys.executable, "-c", _VALIDATE, mode], capture_output=True, text=True, check=True,
+                          env=env).stdout.strip()
+
+
+def test_a_second_process_validates_from_the_schema_cache_without_onnx_defs(tmp_path):
+    first = _validate_in_subprocess(tmp_path, "defs")
+    assert first.startswith("InvalidAttributeError") and "'alpha'" in first
+    assert (tmp_path / f"onnx-schemas-{onnx.__version__}.json").exists()
+    assert _validate_in_subprocess(tmp_path, "no-defs") == first
+
+
+def test_a_damaged_schema_cache_is_ignored_and_rewritten(tmp_path):
+    path = tmp_path / f"onnx-schemas-{onnx.__version__}.json"
+    path.write_text("{not json")
+    out = _validate_in_subprocess(tmp_path, "defs")
+    assert out.startswith("InvalidAttributeError")
+    assert "Relu" in " ".join(json.loads(path.read_text()))
+
+
+def test_the_schema_cache_can_be_turned_off(monkeypatch):
+    monkeypatch.setenv("DYNASHAPE_CACHE_DIR", "off")
+    assert onnx_schemas.cache_dir() is None
+    schema = onnx_schemas.get_schema("Conv", 17, "")
+    assert (schema.since_version, schema.min_input, schema.max_input) == (11, 2, 3)
+    assert schema.attributes["group"].type_name == "INT" and not schema.attributes["group"].required
+    assert "tensor(float)" in schema.type_constraints["T"]
+
+
+# generated code ----------------------------------------------------------------------
+
+def test_a_second_session_of_a_model_compiles_no_generated_code(monkeypatch):
+    from dynashape import codegen
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Shape", ["r"], ["s"]),
+             helper.make_node("Reshape", ["r", "s"], ["y"])]
+    m = helper.make_model(helper.make_graph(nodes, "g", [x], [y]), opset_imports=[helper.make_opsetid("", 17)])
+    feed = {"x": np.array([[-1, 2, 3]], np.float32)}
+    np.testing.assert_array_equal(dynashape.InferenceSession(m).run(None, feed)[0], [[0, 2, 3]])
+    compiled = []
+    real = codegen.compile if hasattr(codegen, "compile") else compile
+    monkeypatch.setattr(codegen, "compile", lambda *a: compiled.append(a) or real(*a), raising=False)
+    np.testing.assert_array_equal(dynashape.InferenceSession(m).run(None, feed)[0], [[0, 2, 3]])
+    assert compiled == []
