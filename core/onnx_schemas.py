@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 import threading
 from pathlib import Path
@@ -68,9 +69,11 @@ class Schema(NamedTuple):
 
 
 _lock = threading.Lock()
-_schemas: dict[str, Optional[Schema]] = {}
-_loaded = False
-_dirty = False
+_schemas: dict[tuple, Optional[Schema]] = {}   # (domain, op_type, opset) -> schema (None: onnx has none)
+_read: set = set()       # (domain, op_type) whose cache file was read
+_dirty: set = set()      # (domain, op_type) with schemas the cache file lacks
+#: operator and domain names that are file names as they are (others are not cached on disk)
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 
 
 def cache_dir() -> Optional[Path]:
@@ -82,35 +85,44 @@ def cache_dir() -> Optional[Path]:
     return Path(base) / "dynashape"
 
 
-def _cache_file() -> Optional[Path]:
+def _cache_file(domain: str, op_type: str) -> Optional[Path]:
     root = cache_dir()
-    return None if root is None else root / f"onnx-schemas-{onnx.__version__}.json"
+    if root is None or not _PLAIN_NAME.fullmatch(op_type) or not _PLAIN_NAME.fullmatch(domain or "ai.onnx"):
+        return None
+    return root / f"onnx-schemas-{onnx.__version__}" / (domain or "ai.onnx") / f"{op_type}.json"
 
 
 def get_schema(op_type: str, opset: int, domain: str) -> Optional[Schema]:
     """The schema of ``domain::op_type`` at ``opset`` (None: onnx defines none there)."""
-    key = f"{domain}\t{op_type}\t{opset}"
+    key = (domain, op_type, opset)
     found = _schemas.get(key, _schemas)
     if found is not _schemas:
         return found
-    global _dirty
     with _lock:
-        _load()
+        if (domain, op_type) not in _read:
+            _read.add((domain, op_type))
+            _schemas.update(_read_file(domain, op_type))
         if key not in _schemas:
             _schemas[key] = _from_onnx(op_type, opset, domain)
-            _dirty = True
+            _dirty.add((domain, op_type))
         return _schemas[key]
 
 
 def save() -> None:
-    """Write the schemas looked up so far to the disk cache, when any came from onnx."""
-    global _dirty
-    path = _cache_file()
-    if not _dirty or path is None:
+    """Write the cache files of the operators whose schemas came from onnx."""
+    if not _dirty:
         return
     with _lock:
-        data = {k: None if s is None else _to_json(s) for k, s in _schemas.items()}
-        _dirty = False
+        written = [(d, t, {str(v): None if s is None else _to_json(s) for (d2, t2, v), s in _schemas.items()
+                           if (d2, t2) == (d, t)}) for d, t in _dirty]
+        _dirty.clear()
+    for domain, op_type, data in written:
+        path = _cache_file(domain, op_type)
+        if path is not None:
+            _write_atomically(path, data)
+
+
+def _write_atomically(path: Path, data: dict) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
@@ -121,20 +133,16 @@ def save() -> None:
         pass
 
 
-def _load() -> None:
-    global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    path = _cache_file()
+def _read_file(domain: str, op_type: str) -> dict:
+    path = _cache_file(domain, op_type)
     if path is None:
-        return
+        return {}
     try:
         with open(path) as f:
             data = json.load(f)
-        _schemas.update({k: None if v is None else _from_json(v) for k, v in data.items()})
+        return {(domain, op_type, int(v)): None if e is None else _from_json(e) for v, e in data.items()}
     except (OSError, ValueError, TypeError, KeyError):
-        pass   # absent or unreadable: the schemas come from onnx (and the file is rewritten)
+        return {}   # absent or unreadable: the schemas come from onnx (and the file is rewritten)
 
 
 def _from_onnx(op_type: str, opset: int, domain: str) -> Optional[Schema]:

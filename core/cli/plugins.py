@@ -3,6 +3,7 @@
     dynashape plugins                  # one block per plugin; failed ones last
     dynashape plugins --verbose        # every op and kernel of the builtin plugin too
     dynashape plugins --format json    # everything, as data (dynashape.plugininfo)
+    dynashape plugins --index mypkg.ops_a mypkg.ops_b > mypkg/index.py   # a lazy plugin's index
 """
 from __future__ import annotations
 
@@ -34,6 +35,16 @@ def _origin_text(p: dict) -> str:
     return f"{p['source']}: {dist}{value}"
 
 
+def _print_index(modules: tuple) -> None:
+    from ..libindex import index_source
+    if not modules:
+        raise click.UsageError("--index needs the modules to index (dotted names: mypkg.ops_a mypkg.ops_b)")
+    try:
+        click.echo(index_source(list(modules), "dynashape plugins --index " + " ".join(modules)), nl=False)
+    except (ImportError, AttributeError) as exc:
+        raise click.ClickException(f"cannot index {' '.join(modules)}: {type(exc).__name__}: {exc}") from None
+
+
 def _plugin_lines(p: dict, verbose: bool) -> list[str]:
     wins = sum(k["wins"] == "yes" for k in p["kernels"])
     partly = sum(k["wins"] == "partly" for k in p["kernels"])
@@ -57,14 +68,23 @@ def _plugin_lines(p: dict, verbose: bool) -> list[str]:
 @main.command()
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--verbose", "-v", is_flag=True, help="list every op and kernel of large plugins (the builtin one) too")
-def plugins(fmt: str, verbose: bool) -> None:
+@click.option("--index", "index_of", is_flag=True,
+              help="print the index of the MODULES given (the ops of each one's OpLibrary 'lib'): the "
+                   "Python module a lazy plugin's entry point reads (dynashape.libindex)")
+@click.argument("modules", nargs=-1)
+def plugins(fmt: str, verbose: bool, index_of: bool, modules: tuple) -> None:
     """Every loaded plugin (the builtin ops, entry points of the group ``dynashape``, plugins
     registered at run time): its distribution and version, the operator schemas, kernels
     and rewrites it provides, and for each kernel whether it wins (the first the registry
     tries for its opsets and dtypes) or whose kernel is tried before it; then the plugins
-    that failed to load, with their error."""
+    that failed to load, with their error. With ``--index MODULE...``: the index of those
+    modules' op libraries, for a plugin whose modules are imported on first use."""
     from ..errors import DynashapeError
     from ..plugininfo import failed_plugins, plugin_entries
+
+    if index_of or modules:
+        _print_index(modules)
+        return
 
     try:
         entries = plugin_entries()

@@ -1,67 +1,25 @@
 """com.microsoft contrib ops of ONNX Runtime's transformer optimizer as a dynashape plugin.
 
-Source: ONNX Runtime contrib op docs (docs/ContribOperators.md): ``Gelu``, ``FastGelu``
-(tanh approximation, optional bias) and ``BiasGelu`` (``Gelu(A + B)``) here;
-``EmbedLayerNormalization`` and ``SkipLayerNormalization`` in :mod:`.layernorm`;
-``Attention`` in :mod:`.attention`.
+Source: ONNX Runtime contrib op docs (docs/ContribOperators.md): ``Gelu``, ``FastGelu`` and
+``BiasGelu`` in :mod:`.gelu`; ``EmbedLayerNormalization`` and ``SkipLayerNormalization`` in
+:mod:`.layernorm`; ``Attention`` in :mod:`.attention`; the others in :mod:`.activations`,
+:mod:`.mha` and :mod:`.quantization`.
+
+Each module is a lazy library: the entry point imports only this package and its index
+(:mod:`.index`, the ops of each module), and a module is imported when a model first uses one
+of its ops. After adding or removing an op, regenerate the index::
+
+    dynashape plugins --index dynashape_example.gelu dynashape_example.layernorm \
+        dynashape_example.attention dynashape_example.activations dynashape_example.mha \
+        dynashape_example.quantization > plugins_example/dynashape_example/index.py
 """
 from __future__ import annotations
 
-import numpy as np
+from dynashape.libindex import lazy_plugin
 
-from dynashape.records import OpLibrary, same_dtype
-from dynashape.shapes import broadcast_shapes
+from .index import INDEX
 
 DOMAIN = "com.microsoft"
-lib = OpLibrary()
-_SQRT_2_OVER_PI = np.float32(0.7978845608028654)
-
-
-def _erf(x: np.ndarray) -> np.ndarray:
-    """Vectorised erf, Abramowitz & Stegun 7.1.26 (max abs error 1.5e-7), in float64."""
-    x = x.astype(np.float64)
-    sign = np.sign(x)
-    a = np.abs(x)
-    t = 1.0 / (1.0 + 0.3275911 * a)
-    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
-    return sign * (1.0 - poly * np.exp(-a * a))
-
-
-@lib.op("Gelu", since_version=1, domain=DOMAIN, infer_dtype=same_dtype(0))
-@lib.op("FastGelu", since_version=1, domain=DOMAIN, infer_dtype=same_dtype(0))
-@lib.op("BiasGelu", since_version=1, domain=DOMAIN, infer_dtype=same_dtype(0))
-def _gelu_shape(ctx):
-    """Output shape: input A broadcast with the optional bias B. Shapes: A [..., N], B [N]."""
-    if ctx.has_input(1):
-        return [broadcast_shapes(ctx, ctx.shape(0), ctx.shape(1))]
-    return [ctx.shape(0)]
-
-
-def _with_bias(inputs):
-    x = inputs[0]
-    return x + inputs[1] if len(inputs) > 1 and inputs[1] is not None else x
-
-
-@lib.kernel("Gelu", domain=DOMAIN, dtypes=[np.float32, np.float16])
-@lib.kernel("BiasGelu", domain=DOMAIN, dtypes=[np.float32, np.float16])
-def _gelu(inputs, outputs, ctx):
-    x = _with_bias(inputs)
-    np.copyto(outputs[0], 0.5 * x * (1.0 + _erf(x / np.sqrt(2.0))), casting="unsafe")
-
-
-@lib.kernel("FastGelu", domain=DOMAIN, dtypes=[np.float32, np.float16])
-def _fast_gelu(inputs, outputs, ctx):
-    x = _with_bias(inputs).astype(np.float32)
-    inner = _SQRT_2_OVER_PI * (x + np.float32(0.044715) * x * x * x)
-    np.copyto(outputs[0], 0.5 * x * (1.0 + np.tanh(inner)), casting="unsafe")
-
-
-from . import activations as _activations, attention as _attention, layernorm as _layernorm  # noqa: E402
-from . import mha as _mha, quantization as _quantization  # noqa: E402
-
-for _family in (_layernorm.lib, _attention.lib, _activations.lib, _mha.lib, _quantization.lib):
-    lib.ops.extend(_family.ops)
-    lib.kernels.extend(_family.kernels)
 
 #: the object the entry point ``dynashape_example:plugin`` names
-plugin = lib.plugin()
+plugin = lazy_plugin(INDEX)
