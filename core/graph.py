@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import Collection, Optional, Sequence
+from typing import Any, Collection, Optional, Sequence
 
 import numpy as np
 
@@ -62,6 +62,10 @@ class PreparedGraph:
     packed_away: set[int] = field(default_factory=set)
     #: the memory the prepacked forms are packed into, in the order they are made (weight_arena.py)
     weight_arena: WeightArena = field(default_factory=WeightArena)
+    #: the symbolic walk the rewrite pass made of the graph before its rewrites
+    #: (``symbolic_inference.PriorInference``): the first program compiled takes it, and
+    #: reuses it for the nodes the rewrites left as they were
+    prior: Any = None
 
     def constant_type(self, slot: int) -> tuple[Optional[tuple[int, ...]], Optional[np.dtype]]:
         """Shape and dtype of a constant, released or not; (None, None) for other slots."""

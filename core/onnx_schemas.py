@@ -8,16 +8,12 @@ as long as a small model's whole session). The facts read are kept here as
 ``<cache dir>/onnx-schemas-<onnx version>.json`` (JSON: data only), so the next process
 reads them from there and touches ``onnx.defs`` only for a schema it has not seen.
 
-Cache directory: ``DYNASHAPE_CACHE_DIR``, else ``$XDG_CACHE_HOME/dynashape``, else
-``~/.cache/dynashape``; ``DYNASHAPE_CACHE_DIR=off`` (or ``0``, ``none``) turns the disk
-cache off. A cache that cannot be read or written is ignored (the schemas come from onnx).
+The cache directory and how it is turned off: :mod:`dynashape.usercache`. A cache file that
+cannot be read or written is ignored (the schemas come from onnx).
 """
 from __future__ import annotations
 
-import json
-import os
 import re
-import tempfile
 import threading
 from pathlib import Path
 from typing import NamedTuple, Optional
@@ -25,7 +21,9 @@ from typing import NamedTuple, Optional
 import onnx
 from onnx import defs
 
-__all__ = ["Schema", "Formal", "Attribute", "get_schema", "cache_dir", "save"]
+from .usercache import cache_dir, read_json, write_json
+
+__all__ = ["Schema", "Formal", "Attribute", "get_schema", "save"]
 
 _OPTIONAL = int(defs.OpSchema.FormalParameterOption.Optional)
 _VARIADIC = int(defs.OpSchema.FormalParameterOption.Variadic)
@@ -76,15 +74,6 @@ _dirty: set = set()      # (domain, op_type) with schemas the cache file lacks
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 
 
-def cache_dir() -> Optional[Path]:
-    """The per-user cache directory (None: the disk cache is off)."""
-    configured = os.environ.get("DYNASHAPE_CACHE_DIR")
-    if configured is not None:
-        return None if configured.strip().lower() in ("", "0", "off", "none", "false") else Path(configured)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "dynashape"
-
-
 def _cache_file(domain: str, op_type: str) -> Optional[Path]:
     root = cache_dir()
     if root is None or not _PLAIN_NAME.fullmatch(op_type) or not _PLAIN_NAME.fullmatch(domain or "ai.onnx"):
@@ -118,31 +107,15 @@ def save() -> None:
         _dirty.clear()
     for domain, op_type, data in written:
         path = _cache_file(domain, op_type)
-        if path is not None:
-            _write_atomically(path, data)
-
-
-def _write_atomically(path: Path, data: dict) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, separators=(",", ":"))
-        os.replace(tmp, path)   # atomic: a concurrent reader sees the old file or the new one
-    except OSError:
-        pass
+        write_json(path, data)
 
 
 def _read_file(domain: str, op_type: str) -> dict:
-    path = _cache_file(domain, op_type)
-    if path is None:
-        return {}
+    data = read_json(_cache_file(domain, op_type))
     try:
-        with open(path) as f:
-            data = json.load(f)
         return {(domain, op_type, int(v)): None if e is None else _from_json(e) for v, e in data.items()}
-    except (OSError, ValueError, TypeError, KeyError):
-        return {}   # absent or unreadable: the schemas come from onnx (and the file is rewritten)
+    except (AttributeError, ValueError, TypeError, KeyError):
+        return {}   # absent or damaged: the schemas come from onnx (and the file is rewritten)
 
 
 def _from_onnx(op_type: str, opset: int, domain: str) -> Optional[Schema]:

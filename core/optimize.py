@@ -15,7 +15,7 @@ from .inference import fold_constants
 from .model import Graph
 from .registry import Registry
 from .rewrite import GraphPass, RewriteReport, apply_rewrites
-from .symbolic_inference import infer_symbolic
+from .symbolic_inference import PriorInference, infer_symbolic
 
 __all__ = ["optimize_graph"]
 
@@ -54,14 +54,17 @@ def optimize_graph(pg: PreparedGraph, registry: Registry, dims: Mapping[int, Any
     constants = {pg.names[s]: v for s, v in pg.constants.items()}
     nodes, constants, report = apply_rewrites(pg.graph, [pn.node for pn in pg.nodes], constants, rewrites,
                                               shape_info, pg.opsets)
-    sg = None   # its contexts hold every constant: gone now, not when the cyclic GC gets to it
+    prior = None if sg is None else PriorInference(pg, sg, registry, dict(dims), dict(dtypes))
+    sg = None
     if not report.fired:
+        pg.prior = prior
         return pg, report
     g = pg.graph
     rewritten = Graph(g.name, nodes, g.inputs, g.outputs, constants, g.value_info, g.overridable, origin=g)
     new_pg = reprepare(rewritten) if reprepare is not None else prepare_graph(rewritten, registry, pg.opsets)
     if fold:
         fold_constants(new_pg, registry)
+    new_pg.prior = prior
     report.nodes_after = len(new_pg.nodes)
     return new_pg, report
 

@@ -154,7 +154,9 @@ class Program:
         self.input_dtypes = dict(input_dtypes)
         self.cache_lock = threading.Lock()   # guards what plans add to it: layouts, continuations
         self.services = NodeServices(pg.opsets, registry, self._compile_body, graph=pg)
-        self.sg: SymbolicGraph = infer_symbolic(pg, registry, input_dims, input_dtypes, self.services, input_values)
+        prior, pg.prior = pg.prior, None   # (its contexts become this program's: taken once)
+        self.sg: SymbolicGraph = infer_symbolic(pg, registry, input_dims, input_dtypes, self.services, input_values,
+                                                prior)
         sg = self.sg
         self.slot_names = list(pg.names)     # the graph's tensors, then the kernels' scratch buffers
         self.template: list = [None] * len(pg.names)

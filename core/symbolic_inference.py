@@ -39,7 +39,7 @@ from .node import NodeServices, choose_kernel, fold, infer, make_context
 from .registry import Registry
 from .symbolic import Expr, dim_str, free_symbols, sym
 
-__all__ = ["FOLDED", "PLAN", "STEP", "BINDING", "SymbolicGraph", "infer_symbolic"]
+__all__ = ["FOLDED", "PLAN", "STEP", "BINDING", "SymbolicGraph", "PriorInference", "infer_symbolic"]
 
 FOLDED, PLAN, STEP, BINDING = "folded", "plan", "step", "binding"
 
@@ -91,8 +91,28 @@ def _fresh_names(taken: set[str]):
             yield name
 
 
+@dataclass
+class PriorInference:
+    """A walk of an earlier form of a graph (before the rewrites), whose results the walk of
+    the rewritten graph reuses for every node that is the same node with equal inputs."""
+
+    pg: PreparedGraph
+    sg: SymbolicGraph
+    registry: Registry
+    input_dims: dict     # by input slot of ``pg``
+    input_dtypes: dict
+
+    def matches(self, pg: PreparedGraph, registry: Registry, input_dims: dict, input_dtypes: dict) -> bool:
+        """The walk had this registry and the same dims and dtypes per input name."""
+        def by_name(names: list, per_slot: dict) -> dict:
+            return {names[s]: v for s, v in per_slot.items()}
+        return (registry is self.registry and by_name(pg.names, input_dims) == by_name(self.pg.names, self.input_dims)
+                and by_name(pg.names, input_dtypes) == by_name(self.pg.names, self.input_dtypes))
+
+
 def infer_symbolic(pg: PreparedGraph, registry: Registry, input_dims: dict, input_dtypes: dict,
-                   services: Optional[NodeServices] = None, input_values: Optional[dict] = None) -> SymbolicGraph:
+                   services: Optional[NodeServices] = None, input_values: Optional[dict] = None,
+                   prior: Optional[PriorInference] = None) -> SymbolicGraph:
     """Walk the graph once with symbolic inputs (never raises: a node whose inference fails
     symbolically becomes a BINDING node, inferred with real values at run time).
 
@@ -100,6 +120,9 @@ def infer_symbolic(pg: PreparedGraph, registry: Registry, input_dims: dict, inpu
         input_dims: input slot -> tuple of dims (ints and symbols) or None (rank unknown).
         input_dtypes: input slot -> numpy dtype or None.
         input_values: input slot -> host value known at compile time (subgraph scopes).
+        prior: an earlier walk (of the graph before its rewrites, same inputs): a node of
+            both graphs whose inputs are equal there takes its results from it instead of
+            being inferred, folded and given a kernel again.
     """
     shapes: list = [None] * len(pg.names)
     dtypes: list = [None] * len(pg.names)
@@ -128,8 +151,12 @@ def infer_symbolic(pg: PreparedGraph, registry: Registry, input_dims: dict, inpu
 
     known = sg.known_by_signature
     known.update(pg.constants)
+    reuse = _Reuse(prior, registry, services, new_dim) if prior is not None and not input_values and \
+        prior.matches(pg, registry, input_dims, input_dtypes) else None
     for idx, pn in enumerate(pg.nodes):
-        status = _infer_node(sg, idx, pn, registry, services, new_dim)
+        status = reuse.node(sg, pn) if reuse is not None else None
+        if status is None:
+            status = _infer_node(sg, idx, pn, registry, services, new_dim)
         if status == STEP and _only_signature_inputs(pn, known):
             status = PLAN
         if status in (FOLDED, PLAN):
@@ -138,6 +165,67 @@ def infer_symbolic(pg: PreparedGraph, registry: Registry, input_dims: dict, inpu
             _fresh_binding_outputs(sg, idx, pn, new_dim)
         sg.status.append(status)
     return sg
+
+
+class _Reuse:
+    """Takes a node's results from a prior walk when that walk saw the same node (the same
+    Node object, schema and opset) with equal input shapes, dtypes and values, and its
+    results name no symbol the walk made up (fresh symbols are numbered per walk)."""
+
+    def __init__(self, prior: PriorInference, registry: Registry, services, new_dim):
+        self.prior = prior
+        self.registry = registry
+        self.services = services
+        self.new_dim = new_dim
+        self.index = {id(pn.node): k for k, pn in enumerate(prior.pg.nodes)}
+
+    def node(self, sg: SymbolicGraph, pn) -> Optional[str]:
+        k = self.index.get(id(pn.node))
+        old, psg = (self.prior.pg.nodes[k], self.prior.sg) if k is not None else (None, None)
+        if old is None or old.opdef is not pn.opdef or old.opset != pn.opset or pn.implicit or old.implicit \
+                or psg.status[k] == BINDING or k in psg.failures or len(old.inputs) != len(pn.inputs):
+            return None
+        if not all(_same_input(sg, i, psg, j) for i, j in zip(pn.inputs, old.inputs)):
+            return None
+        outs = [(o, p) for o, p in zip(pn.outputs, old.outputs) if o >= 0]
+        if any(p < 0 or _mentions(psg.shapes[p], psg.fresh_symbols) or _symbolic_value_mentions(
+                psg.values[p], psg.fresh_symbols) for _, p in outs):
+            return None
+        ctx = psg.contexts[k]
+        ctx.services, ctx.fresh, ctx.prepacked = self.services, self.new_dim, None
+        try:   # (chosen again: a kernel's accepts may ask the engine's services, the prior walk had none)
+            kernel = choose_kernel(self.registry, pn, ctx)
+        except Exception:  # noqa: BLE001 - inferred in full, which records why
+            return None
+        for o, p in outs:
+            sg.shapes[o], sg.dtypes[o], sg.values[o] = psg.shapes[p], psg.dtypes[p], psg.values[p]
+        sg.contexts.append(ctx)
+        sg.kernels.append(kernel)
+        if k in psg.guards:
+            sg.guards[len(sg.status)] = list(psg.guards[k])
+        return FOLDED if psg.status[k] == FOLDED else STEP
+
+
+def _same_input(sg: SymbolicGraph, slot: int, psg: SymbolicGraph, old_slot: int) -> bool:
+    if slot < 0 or old_slot < 0:
+        return slot < 0 and old_slot < 0
+    if sg.shapes[slot] != psg.shapes[old_slot] or sg.dtypes[slot] != psg.dtypes[old_slot]:
+        return False
+    a, b = sg.values[slot], psg.values[old_slot]
+    if a is None or b is None or a is b:
+        return a is b
+    if a.dtype != b.dtype or a.shape != b.shape or a.size > _COMPARED_VALUES:
+        return False
+    return a.reshape(-1).tolist() == b.reshape(-1).tolist() if a.dtype == object else bool(np.array_equal(a, b))
+
+
+#: the largest host value compared element by element (a shape vector, a small constant);
+#: a larger one is equal only as the same array
+_COMPARED_VALUES = 4096
+
+
+def _symbolic_value_mentions(value, symbols: set) -> bool:
+    return value is not None and value.dtype == object and _mentions(value.reshape(-1).tolist(), symbols)
 
 
 def _only_signature_inputs(pn, known: set) -> bool:

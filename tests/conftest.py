@@ -13,6 +13,15 @@ from packaging.version import Version
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("DYNASHAPE_SHARED", REPO.parent / "shared"))
 
+# the tests' per-user cache (dynashape.usercache) is their own: fakes and schemas of a test
+# never reach the user's, and every run starts from an empty one
+if "DYNASHAPE_CACHE_DIR" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+    os.environ["DYNASHAPE_CACHE_DIR"] = _cache = tempfile.mkdtemp(prefix="dynashape-test-cache-")
+    atexit.register(shutil.rmtree, _cache, True)
+
 
 def _ort_version() -> tuple[int, ...] | None:
     try:

@@ -145,6 +145,7 @@ def test_broken_entry_point_is_reported_and_skipped(monkeypatch):
             raise ImportError("No module named 'nowhere'")
 
     monkeypatch.setattr(registry, "_load_errors", {})   # (restored after: the next tests see none)
+    monkeypatch.setenv("DYNASHAPE_CACHE_DIR", "off")   # (the entry points from the fake, not the cache)
     monkeypatch.setattr(registry.metadata, "entry_points", lambda group: [BrokenEP()])
     with pytest.warns(RuntimeWarning, match="plugin 'broken'.*skipped"):
         errors = registry.load_entry_points()
@@ -199,6 +200,7 @@ def test_entry_points_with_a_typo_or_no_hooks_are_reported_by_name_and_the_good_
 
     eps = [_entry_point("ep-typo", typo), _entry_point("ep-empty", types.SimpleNamespace()),
            _entry_point("ep-good", good.plugin())]
+    monkeypatch.setenv("DYNASHAPE_CACHE_DIR", "off")
     monkeypatch.setattr(registry.metadata, "entry_points", lambda group: eps)
     monkeypatch.setattr(registry, "_load_errors", {})
     try:

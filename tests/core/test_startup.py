@@ -15,7 +15,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import dynashape
-from dynashape import hookimpl, libindex, onnx_schemas
+from dynashape import hookimpl, libindex, onnx_schemas, usercache
 from dynashape.errors import PluginContractError, UnsupportedOperatorError
 from dynashape.records import LazyLibrary
 
@@ -230,7 +230,7 @@ def test_a_damaged_schema_cache_is_ignored_and_rewritten(tmp_path):
 
 def test_the_schema_cache_can_be_turned_off(monkeypatch):
     monkeypatch.setenv("DYNASHAPE_CACHE_DIR", "off")
-    assert onnx_schemas.cache_dir() is None
+    assert usercache.cache_dir() is None
     schema = onnx_schemas.get_schema("Conv", 17, "")
     assert (schema.since_version, schema.min_input, schema.max_input) == (11, 2, 3)
     assert schema.attributes["group"].type_name == "INT" and not schema.attributes["group"].required
@@ -253,3 +253,27 @@ def test_a_second_session_of_a_model_compiles_no_generated_code(monkeypatch):
     monkeypatch.setattr(codegen, "compile", lambda *a: compiled.append(a) or real(*a), raising=False)
     np.testing.assert_array_equal(dynashape.InferenceSession(m).run(None, feed)[0], [[0, 2, 3]])
     assert compiled == []
+
+
+# the plugins' entry points from the disk cache ----------------------------------------
+
+def test_entry_points_are_read_from_the_cache_until_a_sys_path_directory_changes(tmp_path, monkeypatch):
+    import os
+
+    from dynashape import registry
+    monkeypatch.setenv("DYNASHAPE_CACHE_DIR", str(tmp_path / "cache"))
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    real = registry.metadata.entry_points
+    first = sorted((ep.name, ep.value) for ep in registry._entry_points())
+    assert first == sorted((ep.name, ep.value) for ep in real(group="dynashape"))
+
+    def refuse(**kwargs):
+        raise AssertionError("the distributions' metadata was read again")
+    monkeypatch.setattr(registry.metadata, "entry_points", refuse)
+    assert sorted((ep.name, ep.value) for ep in registry._entry_points()) == first
+    (site / "new_dist-1.0.dist-info").mkdir()     # a distribution installed there
+    os.utime(site, ns=(1, 1))
+    with pytest.raises(AssertionError, match="read again"):
+        registry._entry_points()

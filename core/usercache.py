@@ -1,0 +1,52 @@
+"""The per-user disk cache: small JSON files that spare a new process work an earlier one did
+(onnx's operator schemas, the plugins' entry points). Data only, never code; written
+atomically (a reader sees the old file or the new one); a file that cannot be read or written
+is ignored, and the work is done again.
+
+Directory: ``DYNASHAPE_CACHE_DIR``, else ``$XDG_CACHE_HOME/dynashape``, else
+``~/.cache/dynashape``; ``DYNASHAPE_CACHE_DIR=off`` (or ``0``, ``none``, ``false``, empty)
+turns the cache off.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Optional
+
+__all__ = ["cache_dir", "read_json", "write_json"]
+
+
+def cache_dir() -> Optional[Path]:
+    """The cache directory (None: the cache is off)."""
+    configured = os.environ.get("DYNASHAPE_CACHE_DIR")
+    if configured is not None:
+        return None if configured.strip().lower() in ("", "0", "off", "none", "false") else Path(configured)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "dynashape"
+
+
+def read_json(path: Optional[Path]) -> Any:
+    """The file's data, or None when the cache is off, the file absent or damaged."""
+    if path is None:
+        return None
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def write_json(path: Optional[Path], data: Any) -> None:
+    """Write ``data`` to ``path`` atomically (nothing when the cache is off or unwritable)."""
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, separators=(",", ":"))
+        os.replace(tmp, path)
+    except OSError:
+        pass
