@@ -241,11 +241,28 @@ def _layout(plan: Plan, segment: Segment, sizes: tuple) -> None:
     plan.arena_bytes, plan.lower_bound_bytes = memory.arena_bytes, memory.lower_bound_bytes
     plan.strategy = memory.strategy
     order = tuple(b.id for b in order_by_offset(blocks))
-    w = CodeWriter(f"{plan.program.name}-layout{segment.index}")
-    write_layout(w, segment.blocks, order)
-    layout = w.compile()["layout"]
+    layout = _KeptLayout(segment.blocks, order, f"{plan.program.name}-layout{segment.index}")
     with plan.program.cache_lock:
         segment.layouts = [(order, layout)] + [x for x in segment.layouts if x[0] != order][:MAX_LAYOUTS - 1]
+
+
+class _KeptLayout:
+    """The layout function (``planner.write_layout``) of a kept placement order, generated
+    and compiled when a later signature first asks for it: the plan that made the order
+    placed its blocks itself, and a model run at one shape never needs it."""
+
+    __slots__ = ("blocks", "order", "name", "_fn")
+
+    def __init__(self, blocks, order: tuple, name: str):
+        self.blocks, self.order, self.name, self._fn = blocks, order, name, None
+
+    def __call__(self, sizes: tuple) -> tuple:
+        fn = self._fn
+        if fn is None:
+            w = CodeWriter(self.name)
+            write_layout(w, self.blocks, self.order)
+            fn = self._fn = w.compile()["layout"]
+        return fn(sizes)
 
 
 def check_tensor_limit(plan: Plan, segment: Segment, shapes: tuple, sizes: tuple) -> None:
