@@ -14,7 +14,7 @@ import threading
 import time
 import warnings
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import numpy as np
 
@@ -76,7 +76,8 @@ class Engine:
     def __init__(self, pg: PreparedGraph, registry: Registry, input_dims: dict, input_dtypes: dict,
                  input_names: Sequence[str], allocator: str = "pool", *, validate: bool = False,
                  strict_dim_params: bool = False, plan_cache_size: int = 8, name: str = "model",
-                 input_values: Optional[dict] = None, optimize: bool = False, memory_limit: Optional[int] = None):
+                 input_values: Optional[dict] = None, optimize: bool = False, memory_limit: Optional[int] = None,
+                 shared: Optional[Any] = None):
         self.pg = pg
         self.memory_limit = memory_limit
         self.optimize = optimize   # subgraphs (If/Loop/Scan bodies) run the graph rewrites too
@@ -94,8 +95,8 @@ class Engine:
         self.profiler: Optional[Profiler] = None
         #: no dim_param warnings (``log_severity_level`` >= 3)
         self.quiet = False
-        self._lock = threading.Lock()
-        self._plans: OrderedDict = OrderedDict()
+        self._lock = threading.Lock() if shared is None else shared.lock
+        self._plans: OrderedDict = OrderedDict() if shared is None else shared.plans
         self._recent_key = None
         self._idle: list[ExecutionContext] = []
         self._contexts: list[ExecutionContext] = []
@@ -103,7 +104,7 @@ class Engine:
         self._recent_splits: list = []
         self._open = [pos for pos, slot in enumerate(pg.input_slots) if _open_input(input_dims.get(slot),
                                                                                     input_dtypes.get(slot))]
-        self.programs: dict = {}
+        self.programs: dict = {} if shared is None else shared.programs
         self.program = self._base_program(())
 
     def _base_program(self, fill: tuple) -> Program:

@@ -158,13 +158,14 @@ class Model:
     ``proto`` is the model without the data of its main graph's initializers (their names,
     element types and dims stay; the arrays are ``graph.initializers``): metadata, the nodes,
     subgraphs and functions. ``path`` is the file it was read from (None for bytes and
-    ModelProtos)."""
+    ModelProtos); ``external_data`` whether initializers are read from other files."""
 
     graph: Graph
     opsets: dict[str, int]
     ir_version: int
     proto: onnx.ModelProto
     path: Optional[str] = None
+    external_data: bool = False
 
 
 @dataclass(frozen=True)
@@ -397,7 +398,8 @@ def load_model(model: Union[str, os.PathLike, bytes, bytearray, memoryview, onnx
     for t in proto.graph.initializer:
         for name in _DATA_FIELDS:
             t.ClearField(name)
-    return Model(graph=graph, opsets=opsets, ir_version=int(proto.ir_version), proto=proto, path=path)
+    return Model(graph=graph, opsets=opsets, ir_version=int(proto.ir_version), proto=proto, path=path,
+                 external_data=bool(external))
 
 
 @dataclass(frozen=True)

@@ -177,10 +177,12 @@ class _Records:
 
     # loading ---------------------------------------------------------------------
     def ensure(self, key: tuple) -> None:
-        """Import every pending library that declares ``key``."""
+        """Import every pending library that declares ``key``. (The key stays pending until
+        its records are in: a lookup from another thread meanwhile waits on the lock.)"""
         with self.lock:
-            for lib in self.pending.pop(key, ()):
+            for lib in self.pending.get(key, ()):
                 self._load(lib)
+            self.pending.pop(key, None)
 
     def ensure_all(self) -> None:
         with self.lock:
@@ -193,8 +195,13 @@ class _Records:
         if ident in self.loaded:
             return
         self.loaded.add(ident)
-        if lib in self.pending_rewrites:
-            self.pending_rewrites.remove(lib)
+        try:
+            self._add_library(lib)
+        finally:
+            if lib in self.pending_rewrites:
+                self.pending_rewrites.remove(lib)
+
+    def _add_library(self, lib: LazyLibrary) -> None:
         try:
             library = lib.load()
         except Exception as exc:  # a broken library is reported, never fatal (as a broken entry point)

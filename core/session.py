@@ -26,6 +26,8 @@ from .graph import PreparedGraph, as_graph, input_dims, prepare_graph, release_u
 from .inference import fold_constants
 from .limits import resolve_memory_limit
 from .model import FIXED, SYMBOLIC, Graph, Model, ModelMetadata, ValueInfo, load_model, model_metadata
+from . import compiled as compiled_models
+from .compiled import CompiledModel
 from .optimize import optimize_graph
 from .options import RunOptions, SessionOptions, resolve_providers, session_settings, warn_once
 from .plan import Plan
@@ -277,35 +279,35 @@ class InferenceSession:
         self.compiled_kernels = compiled_kernel_plugins(compiled_kernels)
         if self.compiled_kernels != COMPILED_KERNELS_PLUGINS:
             self.registry = self.registry.without(COMPILED_KERNELS_PLUGINS - self.compiled_kernels)
-        self.graph: PreparedGraph = prepare_graph(self.model, self.registry)
         self._overridable = {vi.name for vi in self.model.graph.overridable}
-        #: what a run that feeds overridable initializers compiles from (the graph before they are folded)
-        self._override_base: Optional[Graph] = None
-        self.folded_nodes = 0
-        if settings.fold_constants and self._overridable:
-            self.folded_nodes = fold_constants(self.graph, self.registry, memory_limit=self.memory_limit,
-                                               exclude={self.graph.slot[n] for n in self._overridable})
-        if self._overridable:
-            self._override_base = as_graph(self.graph, keep=self._overridable)
-        if settings.fold_constants:
-            self.folded_nodes += fold_constants(self.graph, self.registry, memory_limit=self.memory_limit)
         if optimize is None:
             optimize = os.environ.get("DYNASHAPE_OPTIMIZE", "1") not in ("0", "false", "off")
         self.optimize = bool(optimize) and settings.fold_constants
         self._inputs = self.model.graph.inputs
         self._outputs = self.model.graph.outputs
-        self.rewrites = RewriteReport.unchanged(len(self.graph.nodes))
-        if self.optimize:
-            self.graph, self.rewrites = optimize_graph(self.graph, self.registry, *input_dims(self.graph, self._inputs))
-        release_unread_constants(self.graph, keep=self._overridable)
+        key = None if self.model.external_data else compiled_models.model_key(path_or_bytes)
+        if key is not None:
+            key += (self.registry, settings.fold_constants, self.optimize, self.allocator, self.validate_memory,
+                    self.memory_limit, int(plan_cache_size))
+        #: what this session compiled, or took from an earlier session of the same model (compiled.py)
+        self._compiled = compiled_models.lookup(key) if key is not None else None
+        shared = self._compiled is not None
+        if not shared:
+            self._compiled = self._compile_graph(settings)
+            if key is not None:
+                compiled_models.store(key, self._compiled)
+        c = self._compiled
+        self.graph, self.rewrites, self.folded_nodes, self._override_base = (
+            c.graph, c.rewrites, c.folded_nodes, c.override_base)
+        # (a shared graph holds the first session's arrays: this model's own are not needed)
         self.model.graph.release([n for n in self.model.graph.initializers
-                                  if self.graph.slot.get(n) not in self.graph.constants])
+                                  if shared or self.graph.slot.get(n) not in self.graph.constants])
         dims, dtypes = input_dims(self.graph, self._inputs)
         t0 = time.perf_counter()
         self.engine = Engine(self.graph, self.registry, dims, dtypes, [vi.name for vi in self._inputs],
                              self.allocator, validate=self.validate_memory, strict_dim_params=self.strict_dim_params,
                              plan_cache_size=plan_cache_size, name=self.model.graph.name or "model",
-                             optimize=self.optimize, memory_limit=self.memory_limit)
+                             optimize=self.optimize, memory_limit=self.memory_limit, shared=self._compiled)
         self.engine.profiler = self._profiler
         self.engine.quiet = settings.quiet
         # the constants a kernel's prepacked form replaced (program.py, _release_prepacked)
@@ -322,6 +324,24 @@ class InferenceSession:
         self.shape_conflicts = self._declared_vs_inferred()
         if self._profiler is not None:
             self._profiler.session_event("session_initialization", t_load, time.perf_counter())
+
+    def _compile_graph(self, settings) -> CompiledModel:
+        """Prepare, fold and rewrite the model's graph (what sessions of one model share)."""
+        graph: PreparedGraph = prepare_graph(self.model, self.registry)
+        override_base: Optional[Graph] = None
+        folded = 0
+        if settings.fold_constants and self._overridable:
+            folded = fold_constants(graph, self.registry, memory_limit=self.memory_limit,
+                                    exclude={graph.slot[n] for n in self._overridable})
+        if self._overridable:
+            override_base = as_graph(graph, keep=self._overridable)
+        if settings.fold_constants:
+            folded += fold_constants(graph, self.registry, memory_limit=self.memory_limit)
+        rewrites = RewriteReport.unchanged(len(graph.nodes))
+        if self.optimize:
+            graph, rewrites = optimize_graph(graph, self.registry, *input_dims(graph, self._inputs))
+        release_unread_constants(graph, keep=self._overridable)
+        return CompiledModel(graph, rewrites, folded, override_base)
 
     # description ------------------------------------------------------------
     @property

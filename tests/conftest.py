@@ -246,3 +246,14 @@ def numba_session(*args, **kwargs):
 
     kwargs.setdefault("compiled_kernels", {"fast"})
     return dynashape.InferenceSession(*args, **kwargs)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_compilations():
+    """Each test compiles its own models: a second session of a model shares the first one's
+    compilation (dynashape.compiled), which must not carry one test's monkeypatched
+    settings into another."""
+    from dynashape import compiled
+    compiled.clear()
+    yield
+

@@ -277,3 +277,79 @@ def test_entry_points_are_read_from_the_cache_until_a_sys_path_directory_changes
     os.utime(site, ns=(1, 1))
     with pytest.raises(AssertionError, match="read again"):
         registry._entry_points()
+
+
+# a second session of a model shares what the first compiled --------------------------
+
+def _relu_reshape_model():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    w = onnx.numpy_helper.from_array(np.array([1.0, -2.0, 3.0], np.float32), "w")
+    nodes = [helper.make_node("Mul", ["x", "w"], ["m"]), helper.make_node("Relu", ["m"], ["y"])]
+    return helper.make_model(helper.make_graph(nodes, "g", [x], [y], [w]), opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_second_session_of_a_file_shares_its_graph_programs_and_plans(tmp_path):
+    path = tmp_path / "m.onnx"
+    onnx.save(_relu_reshape_model(), path)
+    feed = {"x": np.array([[1, 1, 1], [-1, 2, 0.5]], np.float32)}
+    expected = np.maximum(feed["x"] * np.array([1, -2, 3], np.float32), 0)
+    first = dynashape.InferenceSession(str(path))
+    np.testing.assert_array_equal(first.run(None, feed)[0], expected)
+    second = dynashape.InferenceSession(path)
+    assert second.graph is first.graph and second.program is first.program
+    np.testing.assert_array_equal(second.run(None, feed)[0], expected)
+    assert (second.engine.stats.cache_hits, second.engine.stats.cache_misses) == (1, 0)
+    # other compile options, or the file changed: compiled anew
+    assert dynashape.InferenceSession(path, optimize=False).graph is not first.graph
+    assert dynashape.InferenceSession(path, allocator="naive").graph is not first.graph
+    m = _relu_reshape_model()
+    m.graph.initializer[0].CopyFrom(onnx.numpy_helper.from_array(np.array([2.0, 2.0, 2.0], np.float32), "w"))
+    onnx.save(m, path)
+    changed = dynashape.InferenceSession(path)
+    assert changed.graph is not first.graph
+    np.testing.assert_array_equal(changed.run(None, feed)[0], np.maximum(feed["x"] * 2, 0))
+
+
+def test_sessions_from_equal_bytes_share_and_a_model_proto_never_does():
+    m = _relu_reshape_model()
+    data = m.SerializeToString()
+    a, b = dynashape.InferenceSession(data), dynashape.InferenceSession(bytes(data))
+    assert a.graph is b.graph
+    assert dynashape.InferenceSession(m).graph is not dynashape.InferenceSession(m).graph
+
+
+def test_what_sessions_share_is_released_with_the_last_of_them():
+    import gc
+    import weakref
+
+    from dynashape import compiled
+    data = _relu_reshape_model().SerializeToString()
+    s = dynashape.InferenceSession(data)
+    ref = weakref.ref(s._compiled)
+    del s
+    gc.collect()
+    assert ref() is None
+    assert not [c for c in list(compiled._cache.values()) if c is ref()]
+
+
+# the program's symbolic inference reuses the rewrite pass's -------------------------
+
+def test_nodes_the_rewrites_leave_take_their_inference_from_the_rewrite_pass(monkeypatch):
+    from dynashape import symbolic_inference as si
+    reused = []
+    real = si._Reuse.node
+    monkeypatch.setattr(si._Reuse, "node", lambda self, sg, pn: reused.append(real(self, sg, pn)) or reused[-1])
+    rng = np.random.default_rng(0)
+    w, b = rng.standard_normal((4, 5)).astype(np.float32), rng.standard_normal(5).astype(np.float32)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["mm"]), helper.make_node("Add", ["mm", "b"], ["a"]),
+             helper.make_node("Shape", ["a"], ["s"]), helper.make_node("Relu", ["a"], ["r"]),
+             helper.make_node("Reshape", ["r", "s"], ["y"])]
+    inits = [onnx.numpy_helper.from_array(w, "w"), onnx.numpy_helper.from_array(b, "b")]
+    m = helper.make_model(helper.make_graph(nodes, "g", [x], [y], inits), opset_imports=[helper.make_opsetid("", 17)])
+    sess = dynashape.InferenceSession(m)
+    assert sess.rewrites.fired and any(r is not None for r in reused)
+    feed = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    np.testing.assert_allclose(sess.run(None, {"x": feed})[0], np.maximum(feed @ w + b, 0), rtol=1e-5, atol=1e-6)
