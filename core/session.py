@@ -36,7 +36,7 @@ from .program import Program
 from .registry import get_registry
 from .rewrite import RewriteReport
 from .symbolic_inference import SymbolicGraph
-from .threads import BlasThreads
+from .threads import BlasThreads, waiting_for_compiled_kernels
 
 __all__ = ["InferenceSession", "NodeArg", "SessionStats"]
 
@@ -233,6 +233,10 @@ class InferenceSession:
             (an int, or a string such as ``"8GiB"``). Default: ``DYNASHAPE_MEMORY_LIMIT``,
             else the machine's memory (physical RAM or the container's cgroup limit). A plan
             over it raises ``ResourceLimitError`` before allocating (:mod:`dynashape.limits`).
+        wait_for_compiled_kernels: runs wait for the compiled kernels while numba starts (the
+            first run that needs one, ~1 s per process) instead of taking the kernels' numpy
+            path meanwhile (:mod:`dynashape.ops_fast.tiering`): every run then computes with
+            the same kernels, bit for bit. Default False (also ``DYNASHAPE_COMPILED_WAIT=1``).
         external_data_dir: the directory external-data files are read from when the model
             is given as bytes or a ``ModelProto`` (a path reads them from the model's own
             directory). Every reference must resolve inside it: absolute paths, ``..`` and
@@ -257,7 +261,7 @@ class InferenceSession:
                  validate_memory: Optional[bool] = None, strict_dim_params: bool = False,
                  optimize: Optional[bool] = None, compiled_kernels: Union[bool, Iterable[str]] = True,
                  memory_limit: Union[int, str, None] = None, external_data_dir: Optional[str] = None,
-                 **kwargs: Any):
+                 wait_for_compiled_kernels: bool = False, **kwargs: Any):
         _check_ort_kwargs(kwargs)
         settings = session_settings(sess_options, allocator)
         if settings.allocator not in ALLOCATORS:
@@ -320,7 +324,9 @@ class InferenceSession:
         self._feeds_fit = _feed_checker(self._inputs)
         self._overriding: dict = {}
         self._blas = BlasThreads(settings.blas_threads) if settings.blas_threads else None
-        self._plain_runs = self._profiler is None and self._blas is None
+        #: runs wait for compiled kernels still starting instead of taking their numpy path
+        self.wait_for_compiled_kernels = bool(wait_for_compiled_kernels)
+        self._plain_runs = self._profiler is None and self._blas is None and not self.wait_for_compiled_kernels
         self.shape_conflicts = self._declared_vs_inferred()
         if self._profiler is not None:
             self._profiler.session_event("session_initialization", t_load, time.perf_counter())
@@ -414,7 +420,7 @@ class InferenceSession:
         self._profiler = None
         for engine in [self.engine] + [inner.engine for inner in self._overriding.values()]:
             engine.profiler = None
-        self._plain_runs = self._blas is None
+        self._plain_runs = self._blas is None and not self.wait_for_compiled_kernels
         return profiler.write()
 
     def get_profiling_start_time_ns(self) -> int:
@@ -502,6 +508,9 @@ class InferenceSession:
         if self._blas is not None:
             self._blas.enter()
         try:
+            if self.wait_for_compiled_kernels:
+                with waiting_for_compiled_kernels():
+                    return self._run(output_names, input_feed)
             return self._run(output_names, input_feed)
         finally:
             if self._blas is not None:

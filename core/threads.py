@@ -15,7 +15,8 @@ import os
 import threading
 from functools import lru_cache
 
-__all__ = ["BlasThreads", "intra_op_threads", "default_threads"]
+__all__ = ["BlasThreads", "intra_op_threads", "default_threads", "compiled_kernels_wait",
+           "waiting_for_compiled_kernels"]
 
 _run = threading.local()
 
@@ -41,6 +42,27 @@ def intra_op_threads() -> int:
 
 
 _DEFAULT = [0]   # default_threads(), once known (intra_op_threads runs in every compiled kernel call)
+
+
+def compiled_kernels_wait() -> bool:
+    """Whether the run in progress on this thread waits for compiled kernels that are not
+    ready yet instead of taking their numpy path meanwhile (a session created with
+    ``wait_for_compiled_kernels=True``; ``dynashape.ops_fast.tiering``)."""
+    return _run.__dict__.get("wait", False)
+
+
+class waiting_for_compiled_kernels:
+    """Within the block, runs on this thread wait for the compiled kernels (re-entrant)."""
+
+    __slots__ = ("_before",)
+
+    def __enter__(self):
+        self._before = _run.__dict__.get("wait", False)
+        _run.wait = True
+        return self
+
+    def __exit__(self, *exc):
+        _run.wait = self._before
 
 
 _controllers: list = [-1, []]   # (len(sys.modules) when scanned, the BLAS controllers then)

@@ -11,6 +11,7 @@ from dynashape.records import OpLibrary
 from dynashape.ops_builtin import activations, elementwise, fusions
 
 from .common import EMPTY, F32, FLOATS, PRIORITY, contiguous, lazy_import
+from .tiering import compiled_ready
 
 lib = OpLibrary()
 #: the loops (:mod:`.loops.activations`), imported by the first call of one
@@ -27,7 +28,7 @@ def epilogue_code(ctx) -> str:
 @lib.kernel("Erf", dtypes=[np.float32], priority=PRIORITY, may_inplace=((0, 0),))
 def _erf(inputs, outputs, prepared):
     x, out = inputs[0], outputs[0]
-    if contiguous(x, out):
+    if contiguous(x, out) and compiled_ready():
         loops.erf_f32(x, out)
     else:
         elementwise.erf_into(x, out)
@@ -37,7 +38,7 @@ def _erf(inputs, outputs, prepared):
             may_inplace=((0, 0),))
 def _gelu(inputs, outputs, use_tanh):
     x, out = inputs[0], outputs[0]
-    if not use_tanh and contiguous(x, out):
+    if not use_tanh and contiguous(x, out) and compiled_ready():
         loops.gelu_f32(x, out)
     else:
         activations._gelu(inputs, out, use_tanh)
@@ -54,6 +55,12 @@ def _fused_matmul_prepare(ctx) -> _MatMulPlan:
 
 def bias_and_activation(y: np.ndarray, bias, code: str, numpy_epilogue) -> None:
     """y (C-contiguous) = activation(y + bias) with one compiled pass where one exists."""
+    if not compiled_ready():
+        if bias is not None:
+            y += bias
+        if numpy_epilogue is not None:
+            numpy_epilogue(y)
+        return
     rows = y.reshape(-1, y.shape[-1])
     b = EMPTY[y.dtype] if bias is None else np.ascontiguousarray(bias)
     if code == "gelu" and y.dtype == F32:

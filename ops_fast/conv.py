@@ -27,6 +27,7 @@ from dynashape.ops_builtin import fusions, nn
 
 from .activations import bias_and_activation, epilogue_code
 from .common import EMPTY, FLOATS, PRIORITY, contiguous, lazy_import
+from .tiering import compiled_ready
 
 lib = OpLibrary()
 #: the loops (:mod:`.loops.conv`), imported by the first call of one
@@ -159,7 +160,7 @@ def _conv(inputs, outputs, p: _ConvPlan) -> None:
     x, w, y = inputs[0], inputs[1], outputs[0]
     bias = inputs[2] if len(inputs) > 2 else None
     if (p.loop is not None and x.dtype == y.dtype == w.dtype and (bias is None or bias.dtype == y.dtype)
-            and contiguous(x, w, y)):
+            and contiguous(x, w, y) and compiled_ready()):
         if p.loop.mode == "columns":
             _run_columns(x, w, bias, y, p, outputs)
         else:

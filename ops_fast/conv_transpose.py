@@ -67,6 +67,7 @@ from dynashape.ops_builtin import nn
 from dynashape.threads import intra_op_threads
 
 from .common import EMPTY, FLOATS, PRIORITY, contiguous, lazy_import
+from .tiering import compiled_ready
 
 lib = OpLibrary()
 #: the loops (:mod:`.loops.conv_transpose`), imported by the first call of one
@@ -157,7 +158,7 @@ def _conv_transpose(inputs, outputs, p: _ConvTPlan):
     x, w, y = inputs[0], inputs[1], outputs[0]
     bias = inputs[2] if len(inputs) > 2 else None
     if not (p.mode and x.dtype == w.dtype == y.dtype and (bias is None or bias.dtype == y.dtype)
-            and contiguous(x, w, y) and x.size):
+            and contiguous(x, w, y) and x.size and compiled_ready()):
         nn._conv_transpose(inputs, outputs, p.numpy)
         return
     if not y.size:

@@ -12,6 +12,7 @@ from dynashape.ops_builtin import nn
 from dynashape.ops_builtin import normalization as builtin_normalization
 
 from .common import EMPTY, FLOATS, PRIORITY, contiguous, lazy_import
+from .tiering import compiled_ready
 
 lib = OpLibrary()
 #: the loop (:mod:`.loops.normalization`), imported by its first call
@@ -27,7 +28,8 @@ def _layer_norm(inputs, outputs, prepared):
     scale = inputs[1]
     bias = inputs[2] if len(inputs) > 2 else None
     if (n_out == 1 and x.dtype == cdtype and y.dtype == cdtype and inner and contiguous(x, y)
-            and scale.size == inner and scale.dtype == cdtype and (bias is None or bias.size == inner)):
+            and scale.size == inner and scale.dtype == cdtype and (bias is None or bias.size == inner)
+            and compiled_ready()):
         b = EMPTY[cdtype] if bias is None else np.ascontiguousarray(bias).reshape(-1)
         t = cdtype.type
         loops.layer_norm_rows(x.reshape(-1, inner), np.ascontiguousarray(scale).reshape(-1), b,
@@ -49,7 +51,7 @@ def _rms_norm(inputs, outputs, prepared):
     tail = x.shape[axes[0]:]
     inner = math.prod(tail)
     if (x.dtype == cdtype and y.dtype == cdtype and scale.dtype == cdtype and inner and contiguous(x, y)
-            and _scale_is_the_row(scale, tail)):
+            and _scale_is_the_row(scale, tail) and compiled_ready()):
         t = cdtype.type
         loops.rms_norm_rows(x.reshape(-1, inner), np.ascontiguousarray(scale).reshape(-1), y.reshape(-1, inner),
                             t(inner), t(eps))

@@ -31,6 +31,7 @@ from dynashape.records import OpLibrary
 from dynashape.ops_builtin import nn
 
 from .common import FLOATS, PRIORITY, contiguous, lazy_import
+from .tiering import compiled_ready
 
 lib = OpLibrary()
 #: the loops (:mod:`.loops.pool`), imported by the first call of one
@@ -61,7 +62,7 @@ def _pool_prepare(numpy_prepare, dilations_since: int):
 
 def _direct(p: _PoolPlan, x, y) -> bool:
     """The 2-D loop applies: its geometry, one float dtype, contiguous arrays, some output."""
-    return p.direct is not None and x.dtype == y.dtype and contiguous(x, y) and y.size > 0
+    return p.direct is not None and x.dtype == y.dtype and contiguous(x, y) and y.size > 0 and compiled_ready()
 
 
 def _lp_sums(x, y, p: float, loop) -> None:
@@ -114,7 +115,7 @@ def _lp_pool(inputs, outputs, p: _PoolPlan):
 def _planes(x, y):
     """x (N, C, ...) and y (N, C, 1, ...) as (N * C, S) and (N * C,), or None where the
     loops do not apply (mixed dtypes, non-contiguous, empty)."""
-    if x.ndim < 3 or x.dtype != y.dtype or not contiguous(x, y) or not x.size:
+    if x.ndim < 3 or x.dtype != y.dtype or not contiguous(x, y) or not x.size or not compiled_ready():
         return None
     return x.reshape(x.shape[0] * x.shape[1], -1), y.reshape(-1)
 

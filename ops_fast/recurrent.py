@@ -45,6 +45,7 @@ from dynashape.ops_builtin import nn, rnn
 
 from . import blas
 from .common import F64, FLOATS, PRIORITY, lazy_import
+from .tiering import compiled_ready
 
 lib = OpLibrary()
 #: the loops (:mod:`.loops.recurrent`), imported by the first call of one
@@ -216,7 +217,7 @@ def _compute(inputs, outputs, p: _RecurrentPlan):
         return inputs[i] if i < len(inputs) else None
 
     X, W, R, B = inputs[0], inputs[1], inputs[2], opt(3)
-    if not _shapes_fit(X, W, R, B, opt(4), opt(5), opt(6) if fam.is_lstm else None, plan):
+    if not _shapes_fit(X, W, R, B, opt(4), opt(5), opt(6) if fam.is_lstm else None, plan) or not compiled_ready():
         return _numpy_kernel(inputs, outputs, plan)
     seq, batch, inp = X.shape
     if cdt == F64 and nd * batch * hidden > F64_COMPILED_MAX:

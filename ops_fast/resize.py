@@ -31,6 +31,7 @@ from dynashape.records import OpLibrary
 from dynashape.ops_builtin import resize
 
 from .common import F32, F64, FLOATS, PRIORITY, contiguous, lazy_import
+from .tiering import compiled_ready
 
 lib = OpLibrary()
 #: the loops (:mod:`.loops.resize`), imported by the first call of one
@@ -107,7 +108,8 @@ def _resize(inputs, outputs, p: _ResizePlan):
         plan = resize._plan(ctx, x.shape, x.dtype, lambda i: runtime.get(i))
         tables = _tables(plan, x.shape, x.dtype)
     fresh = out is None
-    if tables is None or not contiguous(x) or (not fresh and (out.dtype != x.dtype or not contiguous(out))):
+    if tables is None or not contiguous(x) or (not fresh and (out.dtype != x.dtype or not contiguous(out))) \
+            or not compiled_ready():
         return resize._resize(inputs, outputs, plan)
     if fresh:
         out = np.empty(plan.out_shape, dtype=x.dtype)

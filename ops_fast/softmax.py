@@ -10,6 +10,7 @@ from dynashape.records import OpLibrary
 from dynashape.ops_builtin import fusions, nn, reduction
 
 from .common import FLOATS, PRIORITY, contiguous, lazy_import
+from .tiering import compiled_ready
 
 lib = OpLibrary()
 #: the loops (:mod:`.loops.softmax`), imported by the first call of one
@@ -23,7 +24,7 @@ def _softmax(inputs, outputs, plan):
     x, out = inputs[0], outputs[0]
     shape = plan.shape2 or x.shape
     if (plan.work is None and x.size and plan.axis == len(shape) - 1 and x.dtype == out.dtype
-            and contiguous(x, out)):
+            and contiguous(x, out) and compiled_ready()):
         n = shape[-1]
         rows = out.reshape(-1, n)
         loops.sub_row_max(x.reshape(-1, n), rows)
@@ -41,7 +42,7 @@ def _fused_attention(inputs, outputs, p):
     q, kt, v = inputs[0], fusions.attention_kt(inputs[1], p.perm_k), inputs[2]
     mask = inputs[3] if len(inputs) > 3 else None
     scores = nn._scratch(outputs, 1, math.prod(p.scores), q.dtype).reshape(p.scores)
-    if not scores.size or (mask is not None and mask.dtype != q.dtype):
+    if not scores.size or (mask is not None and mask.dtype != q.dtype) or not compiled_ready():
         fusions._fused_attention(inputs, outputs, p)
         return
     np.matmul(q, kt, out=scores)

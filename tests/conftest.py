@@ -13,6 +13,10 @@ from packaging.version import Version
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("DYNASHAPE_SHARED", REPO.parent / "shared"))
 
+# the compiled kernels' tests assert which path ran: every run waits for numba (the swap from
+# the numpy path while numba starts is tested on its own, tests/plugins/test_fast_tiering.py)
+os.environ.setdefault("DYNASHAPE_COMPILED_WAIT", "1")
+
 # the tests' per-user cache (dynashape.usercache) is their own: fakes and schemas of a test
 # never reach the user's, and every run starts from an empty one
 if "DYNASHAPE_CACHE_DIR" not in os.environ:

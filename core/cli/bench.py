@@ -15,7 +15,7 @@ import numpy as np
 
 from . import main
 from .common import (cli_errors, describe_feeds, feed_options, feeds_from_options, one_line, ordered_feeds,
-                     ort_session, warmup_options)
+                     ort_session, settled, warmup_options)
 
 
 def timed_ms(fn: Callable[[], object]) -> float:
@@ -95,7 +95,8 @@ def _time_runs(sess, ort_sess, feeds: dict, repeat: int, warmup: int) -> tuple[l
     ds, ort = [], []
     with progress(warmup + repeat, "bench") as bar:
         for i in range(warmup + repeat):
-            t = timed_ms(lambda: sess.run(None, feeds))
+            with settled(i, warmup):
+                t = timed_ms(lambda: sess.run(None, feeds))
             t_ort = timed_ms(lambda: ort_sess.run(None, feeds)) if ort_sess is not None else None
             if i >= warmup:
                 ds.append(t)

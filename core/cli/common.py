@@ -3,6 +3,8 @@
 naming the option, input or file), and an ONNX Runtime session to compare with."""
 from __future__ import annotations
 
+import contextlib
+
 import functools
 import inspect
 import os
@@ -242,6 +244,15 @@ def feed_options(command):
     ]):
         command = option(command)
     return command
+
+
+def settled(i: int, warmup: int):
+    """The context of run ``i`` of a command that warms up: the first run is what a default
+    session meets (compiled kernels still starting take their numpy path); the runs after it
+    wait for the compiled kernels (``dynashape.ops_fast.tiering``), so the warm-up brings
+    them up and the timed runs time them. Nothing waits with ``--no-warmup``."""
+    from ..threads import waiting_for_compiled_kernels
+    return waiting_for_compiled_kernels() if warmup and i > 0 else contextlib.nullcontext()
 
 
 def warmup_options(default: int):

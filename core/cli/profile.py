@@ -18,7 +18,7 @@ import click
 
 from . import main
 from .common import cli_errors, describe_feeds, one_line, ordered_feeds
-from .common import feed_options, feeds_from_options, warmup_options
+from .common import feed_options, feeds_from_options, settled, warmup_options
 
 DEFAULT_PREFIX = "dynashape_profile_"
 
@@ -98,8 +98,10 @@ def _session_options(prefix: str):
     return so
 
 
-def profile_runs(model: str, allocator: str, feed_args: tuple, runs: int, prefix: str) -> tuple[str, dict]:
+def profile_runs(model: str, allocator: str, feed_args: tuple, runs: int, prefix: str,
+                 warmup: int = 0) -> tuple[str, dict]:
     """Run ``model`` ``runs`` times with profiling on; (trace path written by the session, feeds).
+    With ``warmup``, the runs after the first wait for the compiled kernels (:func:`.common.settled`).
 
     Raises:
         DynashapeError / ValueError / OSError: the model does not load or run, or bad feeds.
@@ -108,8 +110,9 @@ def profile_runs(model: str, allocator: str, feed_args: tuple, runs: int, prefix
 
     sess = InferenceSession(model, _session_options(prefix), allocator=allocator)
     feeds = ordered_feeds(sess, feeds_from_options(sess, *feed_args))
-    for _ in range(runs):
-        sess.run(None, feeds)
+    for i in range(runs):
+        with settled(i, warmup):
+            sess.run(None, feeds)
     return sess.end_profiling(), feeds
 
 
@@ -155,7 +158,8 @@ def profile(model: str, dims, shapes, inputs, allocator: str, seed: int, output:
     try:
         with cli_errors(model):
             prefix = os.path.join(tmp, DEFAULT_PREFIX) if tmp else DEFAULT_PREFIX
-            written, feeds = profile_runs(model, allocator, (dims, shapes, inputs, seed), warmup + repeat, prefix)
+            written, feeds = profile_runs(model, allocator, (dims, shapes, inputs, seed), warmup + repeat, prefix,
+                                          warmup)
             events = _load_trace(written)
             if output:
                 try:

@@ -7,7 +7,7 @@ import click
 import numpy as np
 
 from . import main
-from .common import cli_errors, feed_options, feeds_from_options, one_line, ort_session, warmup_options
+from .common import cli_errors, feed_options, feeds_from_options, one_line, ort_session, settled, warmup_options
 
 
 def _timed_runs(sess, feeds: dict, warmup: int, repeat: int) -> tuple[list, float, list[float]]:
@@ -15,10 +15,11 @@ def _timed_runs(sess, feeds: dict, warmup: int, repeat: int) -> tuple[list, floa
     first run's time (cold: it plans the shape and makes the kernels) and the timed runs'
     times, ms (with no warm-up the first run is the first of them)."""
     times = []
-    for _ in range(warmup + repeat):
-        t0 = time.perf_counter()
-        outs = sess.run(None, feeds)
-        times.append((time.perf_counter() - t0) * 1e3)
+    for i in range(warmup + repeat):
+        with settled(i, warmup):
+            t0 = time.perf_counter()
+            outs = sess.run(None, feeds)
+            times.append((time.perf_counter() - t0) * 1e3)
     return outs, times[0], times[warmup:]
 
 

@@ -18,6 +18,13 @@ from numba import njit
 from dynashape.threads import intra_op_threads
 
 JIT = {"cache": True, "error_model": "numpy"}
+
+
+@njit(cache=True)
+def warm_up(x):
+    """A function of its own whose first call starts LLVM's JIT and numba's cache machinery
+    (:mod:`..tiering` calls it in a background thread)."""
+    return x + 1
 #: a max reduction vectorises only without NaN / signed-zero semantics (max is associative,
 #: so the result is the same; a NaN in a row still makes the row NaN through its sum)
 MAX_JIT = dict(JIT, fastmath={"nnan", "nsz"})

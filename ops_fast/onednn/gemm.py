@@ -31,6 +31,7 @@ from dynashape.threads import intra_op_threads
 
 from .. import AVAILABLE as NUMBA_AVAILABLE
 from ..common import lazy_import
+from ..tiering import compiled_ready
 from . import api
 
 #: the one-row loop (numba), where numba is installed and usable
@@ -170,7 +171,7 @@ class PackedGemm:
             np.matmul(a2, self.plain, out=y2)
             self._bias_and_epilogue(y2)
             return
-        if m == 1 and self.slabs is not None:
+        if m == 1 and self.slabs is not None and compiled_ready():
             gemv.gemv_slabs(np.ascontiguousarray(a2[0]), self.slabs, y2[0])
             self._row_epilogue(y2[0])
             return
