@@ -9,8 +9,7 @@ through :class:`NodeServices`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence
 
 import numpy as np
 
@@ -309,8 +308,7 @@ def _as_value(v, dtype) -> np.ndarray:
 STATIC, SYMBOLIC, CONCRETE = "static", "symbolic", "concrete"
 
 
-@dataclass(frozen=True)
-class PrepareTrace:
+class PrepareTrace(NamedTuple):
     """How a kernel's prepared argument is made for each signature.
 
     ``kind`` is ``static`` (``value`` is the same for every shape: computed once),

@@ -28,7 +28,7 @@ from __future__ import annotations
 import enum
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from .errors import InvalidArgumentError
 
@@ -153,8 +153,7 @@ class RunOptions:
             raise InvalidArgumentError(f"run config entry '{key}' is not set") from None
 
 
-@dataclass(frozen=True)
-class SessionSettings:
+class SessionSettings(NamedTuple):
     """What a session takes from its :class:`SessionOptions`."""
 
     allocator: str

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import numpy as np
 
@@ -47,8 +47,7 @@ __all__ = ["Program", "Segment", "Step", "OutSpec", "NONE", "ARENA", "FRESH", "F
 NONE, ARENA, FRESH, FBLOCK = "none", "arena", "fresh", "fblock"
 
 
-@dataclass(frozen=True)
-class OutSpec:
+class OutSpec(NamedTuple):
     kind: str = NONE
     sid: int = -1              # shape id in the segment's S
     dtype: Optional[np.dtype] = None

@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from dynashape.dtypes import as_dtype, compute_dtype, np_dtype
@@ -87,8 +87,7 @@ def _auto_pad(ctx) -> str:
     return auto_pad
 
 
-@dataclass(frozen=True)
-class _Geometry:
+class _Geometry(NamedTuple):
     """Window geometry along the spatial axes; ``pads_begin`` is None while unknown (symbolic SAME)."""
 
     kernel: tuple
@@ -257,8 +256,7 @@ def _conv_shape(ctx):
 _COLS_BYTES = 16 << 20
 
 
-@dataclass(frozen=True)
-class _ConvBand:
+class _ConvBand(NamedTuple):
     """im2col work for output rows ``rows`` (None: all rows) along the first spatial axis.
 
     The columns are laid out (C, K, N, rows, *out[1:]) so that one matmul per group covers
@@ -275,8 +273,7 @@ class _ConvBand:
                                   # are one strided view of X (see _window_columns); None: per tap
 
 
-@dataclass(frozen=True)
-class _ConvPlan:
+class _ConvPlan(NamedTuple):
     mode: str            # "pointwise" (X is its own im2col), "depthwise" or "im2col"
     cdtype: np.dtype
     w_shape: tuple       # (G, M/G, C/G*K); for depthwise (K, 1, C, 1...)
@@ -649,8 +646,7 @@ def _conv_transpose_shape(ctx):
     return [(x[0], m) + tuple(out)]
 
 
-@dataclass(frozen=True)
-class _ConvTPlan:
+class _ConvTPlan(NamedTuple):
     cdtype: np.dtype
     w_shape: tuple       # (G, C/G, M/G*K)
     x_shape: tuple       # (N, G, C/G, IN)
@@ -756,8 +752,7 @@ def _max_pool_shape(ctx):
 lib.op("MaxPool", since_version=(1, 8, 10, 11, 12, 22), infer_dtype=_max_pool_dtype)(_max_pool_shape)
 
 
-@dataclass(frozen=True)
-class _PoolPlan:
+class _PoolPlan(NamedTuple):
     cdtype: np.dtype
     first: tuple | None   # a tap covering the whole output: copied instead of reduced
     taps: tuple              # (output index, input index)

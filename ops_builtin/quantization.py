@@ -26,7 +26,6 @@ Source: ONNX operator spec (Operators.md / Changelog.md), sections named in each
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import NamedTuple
 
 import ml_dtypes
@@ -644,7 +643,7 @@ class _IntConvPlan(NamedTuple):
 
 def _int_conv_prepare_for(ctx, w: int, x_zp: int, w_zp: int, bias: int, quantized: bool) -> _IntConvPlan:
     view = _ConvInputs(ctx, w, bias if bias >= 0 else None)
-    plan = replace(_conv_prepare(view), cdtype=_F64)
+    plan = _conv_prepare(view)._replace(cdtype=_F64)
     rank = len(ctx.shape(0))
     lo, hi = _int_range(ctx.dtype(7)) if quantized else (0.0, 0.0)
     return _IntConvPlan(plan, x_zp, w, w_zp, bias, (1, -1) + (1,) * (rank - 2),
