@@ -8,6 +8,11 @@ imports numpy; ``_common`` imports it too). It
     sys.argv here, since OpenBLAS sizes its pool when numpy loads; default 1: single-threaded
     BLAS, like ONNX Runtime with one intra-op thread); ``--threads 0`` removes them instead:
     the engines' default thread counts (BLAS one thread per core, onnxruntime's default pool).
+  * sets DYNASHAPE_COMPILED_WAIT=1 (unless the environment sets it): sessions wait for the
+    compiled kernels while numba starts (``dynashape.ops_fast.tiering``), so a benchmark of
+    the steady state times them and not their numpy path; ``coldstart.py`` and the cold pass
+    of ``decode.py``, which measure what a default session meets, take it out again
+    (``COLD_START``).
 OpenBLAS reads these when it is loaded, so importing this after numpy is too late: TOO_LATE
 says so and the header prints it. Subprocesses inherit the cleaned environment.
 """
@@ -32,6 +37,10 @@ def _threads_argument(argv: list) -> int:
 #: intra-op threads of both engines in this benchmark process (``--threads N``; 0: their defaults)
 THREADS = _threads_argument(sys.argv)
 THREAD_VARS = {"OPENBLAS_NUM_THREADS": str(THREADS), "OMP_NUM_THREADS": str(THREADS)}
+
+#: set by this module (the steady-state benchmarks); a cold-start measurement removes it
+COLD_START = "DYNASHAPE_COMPILED_WAIT" not in os.environ
+os.environ.setdefault("DYNASHAPE_COMPILED_WAIT", "1")
 
 #: the variables removed from this process's environment, with the values they had
 REMOVED = {k: os.environ.pop(k) for k in DROPPED_VARS if k in os.environ}

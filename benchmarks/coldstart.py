@@ -32,7 +32,7 @@ every process from a .npz.
 """
 from __future__ import annotations
 
-import _env  # noqa: F401  (first: the BLAS environment, before numpy is imported)
+import _env  # (first: the BLAS environment, before numpy is imported)
 
 # isort: split
 import argparse
@@ -144,6 +144,8 @@ def write_feeds(path: Path, dims: dict, out: Path) -> Path:
 
 def child_env(pycache: str | None, numba_cache: str | None) -> dict:
     env = dict(os.environ)
+    if _env.COLD_START:      # (a default session: compiled kernels swapped in, not waited for)
+        env.pop("DYNASHAPE_COMPILED_WAIT", None)
     if pycache is not None:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = pycache

@@ -30,7 +30,13 @@ Run from the repository root:
 """
 from __future__ import annotations
 
-import _env  # noqa: F401  (first: the BLAS environment, before numpy is imported)
+import _env  # (first: the BLAS environment, before numpy is imported)
+
+# isort: split
+import os
+
+if _env.COLD_START:   # a fresh session's decoding as a default session meets it: compiled kernels not waited for
+    os.environ.pop("DYNASHAPE_COMPILED_WAIT", None)
 
 # isort: split
 import argparse
