@@ -294,19 +294,19 @@ def test_a_second_session_of_a_file_shares_its_graph_programs_and_plans(tmp_path
     onnx.save(_relu_reshape_model(), path)
     feed = {"x": np.array([[1, 1, 1], [-1, 2, 0.5]], np.float32)}
     expected = np.maximum(feed["x"] * np.array([1, -2, 3], np.float32), 0)
-    first = dynashape.InferenceSession(str(path))
+    first = dynashape.InferenceSession(str(path), optimize=True)
     np.testing.assert_array_equal(first.run(None, feed)[0], expected)
-    second = dynashape.InferenceSession(path)
+    second = dynashape.InferenceSession(path, optimize=True)
     assert second.graph is first.graph and second.program is first.program
     np.testing.assert_array_equal(second.run(None, feed)[0], expected)
     assert (second.engine.stats.cache_hits, second.engine.stats.cache_misses) == (1, 0)
     # other compile options, or the file changed: compiled anew
     assert dynashape.InferenceSession(path, optimize=False).graph is not first.graph
-    assert dynashape.InferenceSession(path, allocator="naive").graph is not first.graph
+    assert dynashape.InferenceSession(path, optimize=True, allocator="naive").graph is not first.graph
     m = _relu_reshape_model()
     m.graph.initializer[0].CopyFrom(onnx.numpy_helper.from_array(np.array([2.0, 2.0, 2.0], np.float32), "w"))
     onnx.save(m, path)
-    changed = dynashape.InferenceSession(path)
+    changed = dynashape.InferenceSession(path, optimize=True)
     assert changed.graph is not first.graph
     np.testing.assert_array_equal(changed.run(None, feed)[0], np.maximum(feed["x"] * 2, 0))
 
@@ -349,7 +349,7 @@ def test_nodes_the_rewrites_leave_take_their_inference_from_the_rewrite_pass(mon
              helper.make_node("Reshape", ["r", "s"], ["y"])]
     inits = [onnx.numpy_helper.from_array(w, "w"), onnx.numpy_helper.from_array(b, "b")]
     m = helper.make_model(helper.make_graph(nodes, "g", [x], [y], inits), opset_imports=[helper.make_opsetid("", 17)])
-    sess = dynashape.InferenceSession(m)
+    sess = dynashape.InferenceSession(m, optimize=True)
     assert sess.rewrites.fired and any(r is not None for r in reused)
     feed = rng.standard_normal((2, 3, 4)).astype(np.float32)
     np.testing.assert_allclose(sess.run(None, {"x": feed})[0], np.maximum(feed @ w + b, 0), rtol=1e-5, atol=1e-6)

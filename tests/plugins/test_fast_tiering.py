@@ -13,6 +13,8 @@ import textwrap
 import pytest
 
 pytest.importorskip("numba")
+if not __import__("dynashape.ops_fast", fromlist=["enabled"]).enabled():
+    pytest.skip("the compiled kernels are switched off (DYNASHAPE_FAST=0)", allow_module_level=True)
 
 _SCRIPT = textwrap.dedent("""
     import json, sys, time
