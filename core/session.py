@@ -294,13 +294,12 @@ class InferenceSession:
             key += (self.registry, settings.fold_constants, self.optimize, self.allocator, self.validate_memory,
                     self.memory_limit, int(plan_cache_size))
         #: what this session compiled, or took from an earlier session of the same model (compiled.py)
-        self._compiled = compiled_models.lookup(key) if key is not None else None
-        shared = self._compiled is not None
-        if not shared:
-            self._compiled = self._compile_graph(settings)
-            if key is not None:
-                compiled_models.store(key, self._compiled)
-        c = self._compiled
+        found = compiled_models.lookup(key) if key is not None else None
+        shared = found is not None
+        c: CompiledModel = found if found is not None else self._compile_graph(settings)
+        if key is not None and not shared:
+            compiled_models.store(key, c)
+        self._compiled = c
         self.graph, self.rewrites, self.folded_nodes, self._override_base = (
             c.graph, c.rewrites, c.folded_nodes, c.override_base)
         # (a shared graph holds the first session's arrays: this model's own are not needed)
