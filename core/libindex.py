@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 
 from .records import LazyLibrary
 
-__all__ = ["describe", "index_source", "libraries", "lazy_plugin"]
+__all__ = ["describe", "index_source", "write_index", "libraries", "lazy_plugin"]
 
 #: one entry: (holds rewrites, sorted ((domain, op_type), ...))
 IndexEntry = tuple
@@ -42,6 +42,13 @@ def index_source(modules: Sequence[str], command: str, attr: str = "lib") -> str
         lines.append("    )),")
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def write_index(path, modules: Sequence[str], command: str, attr: str = "lib") -> None:
+    """Write the index module of ``modules`` to ``path`` (see :func:`index_source`)."""
+    from pathlib import Path
+    Path(path).write_text(index_source(modules, command, attr))
+    print(f"wrote {path}")
 
 
 def libraries(index: Mapping[str, IndexEntry], attr: str = "lib") -> list[LazyLibrary]:

@@ -235,16 +235,11 @@ class _GraphState:
         self.reindex()
 
     def reindex(self) -> None:
-        self.alive = {id(n) for n in self.nodes}
+        self.alive: set[int] = set()
         self.producer: dict[str, Node] = {}
         self.consumers: dict[str, list[Node]] = {}
         for n in self.nodes:
-            for o in n.outputs:
-                if o:
-                    self.producer[o] = n
-            for i in n.inputs:
-                if i:
-                    self.consumers.setdefault(i, []).append(n)
+            self._index(n)
 
     def replace(self, m: "Match", built: list) -> dict:
         """The matched nodes out, ``built`` in at the root's place, forwards applied; returns

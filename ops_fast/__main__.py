@@ -2,12 +2,9 @@
 libraries (:mod:`.index` of ``fast`` and of ``onednn``)."""
 from pathlib import Path
 
-from dynashape.libindex import index_source
+from dynashape.libindex import write_index
 from dynashape.ops_fast import onednn
 from dynashape.ops_fast.kernels import INDEX_COMMAND, family_modules
 
-for package, modules in ((Path(__file__).parent, family_modules()),
-                         (Path(onednn.__file__).parent, onednn.family_modules())):
-    path = package / "index.py"
-    path.write_text(index_source(modules, INDEX_COMMAND))
-    print(f"wrote {path}")
+write_index(Path(__file__).with_name("index.py"), family_modules(), INDEX_COMMAND)
+write_index(Path(onednn.__file__).with_name("index.py"), onednn.family_modules(), INDEX_COMMAND)
