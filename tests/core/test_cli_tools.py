@@ -188,17 +188,28 @@ def test_bench_prints_median_spread_ratio_and_new_shape_costs(tiny):
     assert warm_first > 0 and warm_med > 0
 
 
-def test_bench_without_warmup_times_the_cold_first_run_with_the_others(tiny):
+def test_bench_without_warmup_times_the_cold_first_run_with_the_others(tiny, monkeypatch):
+    # a scripted clock: timing on this machine is noise, the arithmetic is what is tested
+    import dynashape.cli.bench as bench_module
+
+    clock = iter([50.0, 1.0, 0.5, 2.0, 0.5, 3.0, 0.5])   # cold run, then (dynashape, ORT) x 3
+
+    def scripted(fn):
+        fn()
+        return next(clock, 1.0)
+
+    monkeypatch.setattr(bench_module, "timed_ms", scripted)
     path, idx = tiny
     code, out = _invoke("bench", path, "--dim", "batch=3", "--input", idx, "--repeat", "3", "--no-warmup",
                         "--compare-ort")
     assert code == 0, out
-    assert re.search(r"^onnxruntime: +median [\d.]+ ms  p10 [\d.]+ ms  p90 [\d.]+ ms  \(3 runs\)$", out, re.MULTILINE)
-    med, p10, p90 = _value(out, r"^dynashape: +median ([\d.]+) ms  p10 ([\d.]+) ms  p90 ([\d.]+) ms  "
-                                r"\(3 runs, the first \(cold\) included, 1 thread\(s\)\)$")
+    # the timed runs are the cold one and the first two after it (the third is dropped)
+    assert "dynashape:       median 2.000 ms  p10 1.200 ms  p90 40.400 ms  " \
+           "(3 runs, the first (cold) included, 1 thread(s))" in out
+    assert "onnxruntime:     median 0.500 ms  p10 0.500 ms  p90 0.500 ms  (3 runs)" in out
+    assert "ratio:           dynashape / onnxruntime = 4.00x" in out
     (first,) = _value(out, r"^new shape: +first run of a fresh session ([\d.]+) ms")
-    # the cold run (milliseconds: it plans the shape) is the slowest of the three: the top of the p90
-    assert p10 <= med <= p90 and p90 == pytest.approx(med + 0.8 * (first - med), abs=0.002)
+    assert first == 50.0
 
 
 def test_bench_helpers():
