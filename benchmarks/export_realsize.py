@@ -283,9 +283,12 @@ def versions() -> dict:
     import onnx
     import onnxruntime
     import torch
-    import torchvision
     import transformers
-    return {"torch": torch.__version__, "torchvision": torchvision.__version__,
+    try:
+        import torchvision
+    except ImportError:   # the transformers models need no torchvision
+        torchvision = None
+    return {"torch": torch.__version__, "torchvision": getattr(torchvision, "__version__", None),
             "transformers": transformers.__version__, "onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__,
             "numpy": np.__version__}
 
@@ -340,7 +343,6 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     try:
         import torch  # noqa: F401
-        import torchvision  # noqa: F401
         import transformers  # noqa: F401
     except ImportError as exc:
         print(f"cannot export: {exc}; install the bench extra: pip install -e '.[bench]' (see the docstring)")

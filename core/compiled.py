@@ -5,8 +5,10 @@ graph, prepacking weights) depends only on the model and on the options that cha
 is compiled. A second :class:`~dynashape.session.InferenceSession` of the same model with
 the same such options takes what the first one compiled: the prepared graph (its constants
 and prepacked weights: held once, not twice), the compiled programs and the plans made so
-far (a signature either session planned is a cached plan for both). Each session keeps its
-own engine (execution contexts, statistics, profiler, warnings).
+far (a signature either session planned is a cached plan for both), and the execution
+contexts (arenas and buffers bound to those plans: a new session's first run at a planned
+shape is a warm run, and the sessions hold one arena between them, not one each). Each
+session keeps its own engine (statistics, profiler, warnings).
 
 The same model means: the same file (real path, size, modification time and inode) for a
 path, the same bytes (a BLAKE2 digest) for bytes up to :data:`MAX_HASHED_BYTES`; a
@@ -44,6 +46,9 @@ class CompiledModel:
     programs: dict = field(default_factory=dict)
     plans: OrderedDict = field(default_factory=OrderedDict)
     lock: Any = field(default_factory=threading.Lock)
+    #: the execution contexts (arenas and bound buffers), all and those not running now
+    contexts: list = field(default_factory=list)
+    idle_contexts: list = field(default_factory=list)
 
 
 _cache: "weakref.WeakValueDictionary[tuple, CompiledModel]" = weakref.WeakValueDictionary()

@@ -47,8 +47,8 @@ class LiveStats:
 
     def snapshot(self) -> RunStats:
         total = RunStats()
-        for ctx in list(self._engine._contexts):
-            total.add(ctx.stats)
+        for stats in list(self._engine._all_stats):
+            total.add(stats)
         return total
 
     def __getattr__(self, name: str):
@@ -98,8 +98,12 @@ class Engine:
         self._lock = threading.Lock() if shared is None else shared.lock
         self._plans: OrderedDict = OrderedDict() if shared is None else shared.plans
         self._recent_key = None
-        self._idle: list[ExecutionContext] = []
-        self._contexts: list[ExecutionContext] = []
+        # execution contexts (arenas, bound buffers) are shared with the sessions of the same
+        # compiled model; the counters are this engine's own, one set per run in flight
+        self._idle: list[ExecutionContext] = [] if shared is None else shared.idle_contexts
+        self._contexts: list[ExecutionContext] = [] if shared is None else shared.contexts
+        self._idle_stats: list[RunStats] = []
+        self._all_stats: list[RunStats] = []
         self._warned: set = set()
         self._recent_splits: list = []
         self._open = [pos for pos, slot in enumerate(pg.input_slots) if _open_input(input_dims.get(slot),
@@ -128,15 +132,24 @@ class Engine:
 
     # --- contexts --------------------------------------------------------------------
     def take_context(self) -> ExecutionContext:
+        """An idle execution context (or a new one), counting into this engine's stats while
+        the caller holds it; :meth:`give_context` hands both back."""
         try:
-            return self._idle.pop()
+            ctx = self._idle.pop()
         except IndexError:
             ctx = ExecutionContext(self.validate, max_bindings=self.plan_cache_size)
             with self._lock:
                 self._contexts.append(ctx)
-            return ctx
+        try:
+            ctx.stats = self._idle_stats.pop()
+        except IndexError:
+            ctx.stats = RunStats()
+            with self._lock:
+                self._all_stats.append(ctx.stats)
+        return ctx
 
     def give_context(self, ctx: ExecutionContext) -> None:
+        self._idle_stats.append(ctx.stats)
         self._idle.append(ctx)
 
     @property
@@ -216,7 +229,7 @@ class Engine:
             raise
         finally:
             quiet_off(token)
-            self._idle.append(ctx)
+            self.give_context(ctx)
 
     def plan(self, key, feeds: Sequence) -> Plan:
         """The plan of a signature (cached or made now), its buffers bound in a context as a

@@ -635,7 +635,8 @@ class InferenceSession:
         return self.engine.plan(key, feeds)
 
     def trim(self) -> None:
-        """Release the arenas and every cached plan (memory comes back on the next run)."""
+        """Release the arenas and every cached plan (memory comes back on the next run); those
+        of the other sessions sharing this one's compiled model too (``dynashape.compiled``)."""
         self.engine.clear()
 
     @property

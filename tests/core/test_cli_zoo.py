@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from dynashape.cli import main
-from tests.conftest import SHARED, shared_path
+from tests.conftest import ORT_U8S8_SATURATES, SHARED, shared_path
 
 CATALOGUES = (("zoo", "zoo.json"), ("zoo/zoo2", "zoo2.json"))
 #: the catalogue's named shape each model runs with (the first of these it has)
@@ -37,6 +37,13 @@ def _catalogue() -> dict:
         if path.exists():
             out.update({f"{folder}/{k}": (folder, v) for k, v in json.loads(path.read_text()).items()})
     return out
+
+
+if ORT_U8S8_SATURATES:
+    # onnxruntime's uint8 x int8 products saturate on this CPU (tests/conftest.py): its fused
+    # integer kernels are ~9 quantization steps off (0.13), bert_tiny_dynamic's MatMulInteger
+    # 5e-3; tests/models/test_zoo2_quant.py compares both with exact oracles
+    LOOSER.update({"zoo/zoo2/quant/resnet_tiny_qdq": 0.3, "zoo/zoo2/quant/bert_tiny_dynamic": 2e-2})
 
 
 def dim_args(entry: dict) -> list[str]:

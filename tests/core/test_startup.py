@@ -321,6 +321,25 @@ def test_sessions_from_equal_bytes_share_and_a_model_proto_never_does():
     assert dynashape.InferenceSession(m).graph is not dynashape.InferenceSession(m).graph
 
 
+def test_a_second_session_runs_in_the_execution_context_of_the_first_and_counts_its_own_runs():
+    data = _relu_reshape_model().SerializeToString()
+    w = np.array([1, -2, 3], np.float32)
+    x1, x2 = np.array([[1, 1, 1], [-1, 2, 0.5]], np.float32), np.array([[2, -1, 1], [3, 3, 3]], np.float32)
+    first = dynashape.InferenceSession(data, optimize=False)   # Mul -> Relu: the product lives in the arena
+    y1 = first.run(None, {"x": x1})[0]
+    first.run(None, {"x": x1})
+    arena = first.arena.buffer
+    assert arena.nbytes > 0
+    second = dynashape.InferenceSession(data, optimize=False)
+    y2 = second.run(None, {"x": x2})[0]
+    # the plan, the arena and the buffers bound to it are the first session's: a warm run
+    assert second.arena.buffer is arena and len(second.engine._contexts) == 1
+    np.testing.assert_array_equal(y2, np.maximum(x2 * w, 0))
+    np.testing.assert_array_equal(y1, np.maximum(x1 * w, 0))   # not overwritten by the other session
+    assert (first.stats.runs, first.stats.cache_hits, first.stats.cache_misses) == (2, 1, 1)
+    assert (second.stats.runs, second.stats.cache_hits, second.stats.cache_misses) == (1, 1, 0)
+
+
 def test_what_sessions_share_is_released_with_the_last_of_them():
     import gc
     import weakref
