@@ -329,7 +329,8 @@ def test_two_threads(op, direction, loops):
     one = numba_session(data)
     for f in feeds:
         for a, b in zip(two.run(None, f), one.run(None, f)):
-            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+            # (a batch half per thread: BLAS over fewer rows rounds differently, ~1e-7 after 16 steps)
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
             if direction == "bidirectional":   # (a whole direction per thread: the same products)
                 np.testing.assert_array_equal(a, b)
     assert loops["numpy"] == 0
