@@ -22,7 +22,7 @@ import numpy as np
 
 from .codegen import CodeWriter
 from .errors import DynashapeError, ExecutionError, PlanCheckError, ResourceLimitError
-from .limits import allocation_error, check_tensor, format_bytes, is_resource_failure
+from .limits import INT64_MAX, allocation_error, check_tensor, format_bytes, is_resource_failure
 from .node import STATIC, fold, infer, make_context
 from .planner import Block, MemoryPlan, align, lower_bound, naive_bytes, order_by_offset, plan_offsets, write_layout
 from .records import InferContext
@@ -272,18 +272,23 @@ def check_tensor_limit(plan: Plan, segment: Segment, shapes: tuple, sizes: tuple
     by one (plan nodes' outputs, graph outputs: few)."""
     limit = plan.program.memory_limit
     if segment.fresh_specs is None:
-        segment.fresh_specs = [(st, k) for st in segment.plan_nodes for k in range(len(st.outs))]
-        segment.fresh_specs += [(st, k) for st in segment.steps for k, spec in enumerate(st.outs)
-                                if spec.kind == FRESH]   # FBLOCK (naive) blocks are in ``sizes``
+        segment.fresh_specs = _sized_specs([(st, k) for st in segment.plan_nodes for k in range(len(st.outs))]
+                                           + [(st, k) for st in segment.steps for k, spec in enumerate(st.outs)
+                                              if spec.kind == FRESH])   # FBLOCK (naive) blocks are in ``sizes``
     big = bool(sizes) and max(sizes) > limit
-    for st, k in (_all_specs(segment) if big else segment.fresh_specs):
-        spec = st.outs[k]
-        shape = shapes[spec.sid] if spec.sid >= 0 else None
-        if shape is not None:
-            node = st.node.node
+    near = min(limit, INT64_MAX)    # (over it: too many bytes, or too many elements for int64)
+    for st, k, sid, itemsize in (_sized_specs(_all_specs(segment)) if big else segment.fresh_specs):
+        shape = shapes[sid]
+        if shape is not None and (big or math.prod(shape) * itemsize > near):
+            node = st.node.node     # (the message is made only for a tensor near or over the limit)
             name = plan.program.slot_names[(st.outputs + st.scratch)[k]]
-            check_tensor(shape, np.dtype(spec.dtype).itemsize if spec.dtype is not None else 1, limit,
-                         f"output '{name}' of {node.op_type} node '{node.name}'", node.name)
+            check_tensor(shape, itemsize, limit, f"output '{name}' of {node.op_type} node '{node.name}'", node.name)
+
+
+def _sized_specs(specs: list) -> list:
+    """(step, output index, shape id, bytes per element) of the outputs with a shape id."""
+    return [(st, k, st.outs[k].sid, np.dtype(st.outs[k].dtype).itemsize if st.outs[k].dtype is not None else 1)
+            for st, k in specs if st.outs[k].sid >= 0]
 
 
 def check_arena_limit(plan: Plan) -> None:
