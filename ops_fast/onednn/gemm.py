@@ -57,6 +57,12 @@ MIN_WORK = 1 << 21
 #: smaller never loads numba (~70 MB resident): an encoder's square pooler up to hidden 1024
 #: (BERT-base's 2.4 MB one made BERT's peak RSS 5% over onnxruntime's)
 GEMV_MIN_BYTES = (4 << 20) + 1
+#: a weight oneDNN keeps row-major (an AVX2-only CPU: no blocked brgemm layout) whose rows are
+#: a multiple of this many bytes apart gets PLAIN_ROW_PAD floats of padding per row: such rows
+#: fall on the same cache sets, and the product slows down 1.5-2x (16 x 768 @ 768 x 3072 on a
+#: Zen 3: 5.1 -> 2.7 ms; 128 rows: 19.8 -> 10.2 ms; rows 9216 or 3072 bytes apart gain nothing)
+PLAIN_ROW_CONFLICT = 2048
+PLAIN_ROW_PAD = 16
 
 #: FusedMatMul's activation (fusions.EPILOGUES) -> oneDNN eltwise post-op (alpha, beta from params)
 ACTIVATIONS = {
@@ -111,7 +117,7 @@ class PackedGemm:
         self._primitives = api.PrimitiveCache(MAX_PRIMITIVES)
         probe = self._make(64, self.k, 1, api.MemoryDesc((self.k, self.n), tag=api.ANY))
         self.weights = api.PackedWeights(api.MemoryDesc((self.k, self.n), strides=(self.n, 1)),
-                                         np.ascontiguousarray(weight, dtype=F32), probe.mds[1], allocate)
+                                         np.ascontiguousarray(weight, dtype=F32), _padded(probe.mds[1]), allocate)
         # one row (a decode step) streams the packed weight through the numba loop, where it can
         streams = gemv is not None and weight.nbytes >= GEMV_MIN_BYTES
         self.slabs = _slabs(self.weights) if streams else None
@@ -189,6 +195,18 @@ class PackedGemm:
             prim.execute((a, weights, y))
         else:
             prim.execute((a, weights, y, self.bias))
+
+
+def _padded(md: api.MemoryDesc) -> api.MemoryDesc:
+    """``md``, or for a row-major (k, n) layout whose rows are a multiple of
+    PLAIN_ROW_CONFLICT bytes apart, the same with PLAIN_ROW_PAD floats of padding per row."""
+    b = md.blocking()
+    if b is None or b.inner_blks or len(b.padded_dims) != 2:
+        return md
+    k, n = b.padded_dims
+    if b.strides != (n, 1) or (n * F32.itemsize) % PLAIN_ROW_CONFLICT:
+        return md
+    return api.MemoryDesc((k, n), strides=(n + PLAIN_ROW_PAD, 1))
 
 
 def _slabs(weights: api.PackedWeights) -> Optional[np.ndarray]:

@@ -88,6 +88,21 @@ def test_matmul_against_a_constant_weight_is_one_gemm_over_the_leading_dims(k, n
     assert sess.graph.packed_away, "the packed weight replaces the initializer"
 
 
+@pytest.mark.parametrize("n", [512, 520])
+def test_a_row_major_weight_with_rows_2_kib_apart_is_padded(n):
+    """Where oneDNN keeps the weight row-major (AVX2-only CPUs), rows a multiple of 2 KiB
+    apart (512 floats) get 16 floats of padding each (gemm.PLAIN_ROW_PAD: they would share
+    cache sets); 520-float rows stay as they are; the products are the same at every row count."""
+    from dynashape.ops_fast.onednn import gemm
+    w = _rand(96, n)
+    m = _model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", ["a", 96])], [("w", w)])
+    sess = _check(m, [{"x": _rand(a, 96)} for a in (64, 1, 300, 7)], ops={"MatMul"})
+    (packed,) = [st.prepacked for st in sess.program.steps if st.kernel.plugin == "onednn"]
+    blocking = packed.weights.layouts[0][0].blocking()
+    if not blocking.inner_blks:      # (blocked layouts, AVX-512 CPUs: oneDNN's own)
+        assert blocking.strides == ((n + gemm.PLAIN_ROW_PAD, 1) if n % 512 == 0 else (n, 1))
+
+
 def test_matmul_of_a_vector_and_of_four_dims():
     w = _rand(96, 80)
     nodes = [helper.make_node("MatMul", ["v", "w"], ["y"]), helper.make_node("MatMul", ["x", "w"], ["z"])]
