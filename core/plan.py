@@ -287,8 +287,8 @@ def check_tensor_limit(plan: Plan, segment: Segment, shapes: tuple, sizes: tuple
 
 def _sized_specs(specs: list) -> list:
     """(step, output index, shape id, bytes per element) of the outputs with a shape id."""
-    return [(st, k, st.outs[k].sid, np.dtype(st.outs[k].dtype).itemsize if st.outs[k].dtype is not None else 1)
-            for st, k in specs if st.outs[k].sid >= 0]
+    return [(st, k, st.outs[k].sid, max(1, np.dtype(st.outs[k].dtype).itemsize) if st.outs[k].dtype is not None
+             else 1) for st, k in specs if st.outs[k].sid >= 0]
 
 
 def check_arena_limit(plan: Plan) -> None:

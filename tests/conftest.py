@@ -216,7 +216,10 @@ def _u8s8_products(model) -> list:
     """The integer nodes of ``model`` that multiply a uint8 tensor by an int8 one."""
     import onnx
 
-    g = onnx.shape_inference.infer_shapes(model).graph
+    try:
+        g = onnx.shape_inference.infer_shapes(model).graph
+    except Exception:   # (ops onnx does not know: the declared types only)
+        g = model.graph
     types = {v.name: v.type.tensor_type.elem_type for v in list(g.input) + list(g.value_info) + list(g.output)}
     types.update({t.name: t.data_type for t in g.initializer})
     return [n for n in model.graph.node if n.op_type in _INTEGER_OPS and len(n.input) > _INTEGER_OPS[n.op_type][1]
