@@ -22,8 +22,11 @@ EXCLUDED: dict[str, str] = {
     r"^test_gradient_of_add_and_mul_cpu$": "Gradient (training-only), as above",
 }
 
-# the runner keeps the light models' generated feeds in $ONNX_HOME/models/light: keep them out of $HOME
-os.environ.setdefault("ONNX_HOME", os.path.join(tempfile.gettempdir(), "dynashape-onnx-home"))
+# the runner keeps the light models' generated feeds in $ONNX_HOME/models/light: keep them out of
+# $HOME, one folder per pytest-xdist worker (two processes writing one model's feeds at once
+# left one of them a half-written folder)
+os.environ.setdefault("ONNX_HOME", os.path.join(tempfile.gettempdir(),
+                                                "dynashape-onnx-home" + os.environ.get("PYTEST_XDIST_WORKER", "")))
 
 
 class _EveryModelBackend(DynashapeBackend):
