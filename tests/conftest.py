@@ -1,6 +1,7 @@
 """Shared fixtures: paths to ../shared (skipped cleanly when absent) and an ORT runner."""
 from __future__ import annotations
 
+import functools
 import os
 import platform
 from importlib import metadata
@@ -351,6 +352,7 @@ def numba_session(*args, **kwargs):
     return dynashape.InferenceSession(*args, **kwargs)
 
 
+@functools.lru_cache(maxsize=None)
 def onednn_blocks_weights(k: int = 768, n: int = 2304) -> bool:
     """Whether oneDNN packs a (k, n) float32 MatMul weight into blocks on this CPU (AVX-512
     CPUs: 16-row x 64-column blocks, which one row streams through the numba loop,
