@@ -5,7 +5,8 @@
 Every model of those suites runs; none is skipped as "not compatible": an operator dynashape
 lacks is a failure here. The only exclusions are ``simple``'s ``test_gradient_*`` models,
 which use the training-only ``Gradient`` operator (``ai.onnx.preview.training``) that
-neither onnx.reference nor ONNX Runtime runs.
+neither onnx.reference nor ONNX Runtime runs; and, with the graph rewrites off on a CPU
+whose BLAS does not sum like MLAS, ``test_squeezenet_cpu`` (see ``_ill_conditioned``).
 """
 from __future__ import annotations
 
@@ -15,12 +16,33 @@ import tempfile
 import onnx.backend.test
 
 from dynashape.backend import DynashapeBackend
+from tests.conftest import BLAS_SUMS_LIKE_MLAS
 
 #: test name pattern -> why it does not run
 EXCLUDED: dict[str, str] = {
     r"^test_gradient_of_add_cpu$": "Gradient (training-only) is run by neither onnx.reference nor ONNX Runtime",
     r"^test_gradient_of_add_and_mul_cpu$": "Gradient (training-only), as above",
 }
+
+
+def _ill_conditioned() -> dict[str, str]:
+    """``light_squeezenet`` makes its weights at run time (ConstantOfShape 0.02): every output
+    channel of every Conv is mathematically the same, and the logits reach 9.5e9, where one
+    float32 ulp is 1024, so the expected uniform Softmax (0.001 each) holds only if every
+    channel of the 26 Convs rounds alike. With the rewrites on, the weights fold into
+    initializers and oneDNN's prepacked kernels sum each channel in one order. With them off,
+    the numpy kernel's im2col + BLAS runs, and OpenBLAS's Haswell/Zen SGEMM rounds rows 6-11 of
+    every 12 differently from rows 0-5 (measured: a 48x8 matrix of equal rows times any 8xN
+    gives 24 rows that differ from row 0): 32 channels end 1024 above the others and take the
+    Softmax (without the compiled kernels numpy's pairwise GlobalAveragePool happens to round
+    the channels back together, so that variant passes by luck). MLAS (onnxruntime) and
+    OpenBLAS's SkylakeX kernels sum every row in one fused multiply-add chain: there it passes."""
+    if os.environ.get("DYNASHAPE_OPTIMIZE") == "0" and not BLAS_SUMS_LIKE_MLAS:
+        return {r"^test_squeezenet_cpu$": "ill-conditioned under this BLAS without the rewrites"}
+    return {}
+
+
+EXCLUDED.update(_ill_conditioned())
 
 # the runner keeps the light models' generated feeds in $ONNX_HOME/models/light: keep them out of
 # $HOME, one folder per pytest-xdist worker (two processes writing one model's feeds at once
