@@ -11,6 +11,10 @@
   gone, as with onnxruntime's ``MlasGemmPackB``.
 * **Epilogues in the output pass.** Bias and FusedMatMul's activation are oneDNN post-ops:
   no second pass over the output.
+* **Few rows on a row-major weight.** Where oneDNN keeps the weight row-major (AVX2-only
+  CPUs have no blocked brgemm layout), up to :data:`BLAS_ROWS` rows (a decode step, b1 s16)
+  run numpy's BLAS on a view of the packed memory, which measured faster there, then the
+  bias and the activation (the post-op's eltwise primitive) in place.
 * Primitives are made per row count (and thread count) on first use, a few hundred
   microseconds each, and kept with the packed weight; nodes of equal shapes and post-ops
   (a transformer's blocks), in any session of the process, share one (``api.shared``).
@@ -63,6 +67,16 @@ GEMV_MIN_BYTES = (4 << 20) + 1
 #: Zen 3: 5.1 -> 2.7 ms; 128 rows: 19.8 -> 10.2 ms; rows 9216 or 3072 bytes apart gain nothing)
 PLAIN_ROW_CONFLICT = 2048
 PLAIN_ROW_PAD = 16
+#: on a row-major packed weight (an AVX2-only CPU), the row counts numpy's BLAS runs faster
+#: than oneDNN's primitive on the same memory (a strided view, no copy): up to BLAS_ROWS_SMALL
+#: rows against any weight, up to BLAS_ROWS rows against a weight of at least BLAS_MIN_BYTES.
+#: Measured on a Zen 3 (OpenBLAS 0.3.31 Haswell kernels, one thread, four weights in turn),
+#: BLAS / oneDNN time: one row 0.43-0.84 over MiniLM's, gpt2's and a SmolLM's weights, 16 rows
+#: 0.68-0.96 from 1.5 MiB up (384 x 384 at 8-16 rows: 1.06-1.10), 32-64 rows 1.06-1.36
+#: (``benchmarks/kernels.py`` keeps the GEMM classes of these models)
+BLAS_ROWS_SMALL = 4
+BLAS_ROWS = 16
+BLAS_MIN_BYTES = 1 << 20
 
 #: FusedMatMul's activation (fusions.EPILOGUES) -> oneDNN eltwise post-op (alpha, beta from params)
 ACTIVATIONS = {
@@ -101,8 +115,8 @@ class PackedGemm:
     """
 
     opaque_to_tracing = True
-    __slots__ = ("k", "n", "weights", "bias", "post_ops", "plain", "epilogue", "slabs", "_primitives",
-                 "__weakref__")
+    __slots__ = ("k", "n", "weights", "bias", "post_ops", "plain", "epilogue", "slabs", "row_major",
+                 "blas_rows", "_primitives", "__weakref__")
 
     def __init__(self, weight: np.ndarray, bias: Optional[np.ndarray], post_ops: tuple,
                  epilogue: Optional[fusions.Epilogue] = None, allocate=None):
@@ -121,6 +135,10 @@ class PackedGemm:
         # one row (a decode step) streams the packed weight through the numba loop, where it can
         streams = gemv is not None and weight.nbytes >= GEMV_MIN_BYTES
         self.slabs = _slabs(self.weights) if streams else None
+        # a row-major packed weight (no blocked layout) is also what numpy's BLAS reads: few rows run there
+        self.row_major = _row_major(self.weights)
+        self.blas_rows = 0 if self.row_major is None else (
+            BLAS_ROWS if weight.nbytes >= BLAS_MIN_BYTES else BLAS_ROWS_SMALL)
 
     @property
     def nbytes(self) -> int:
@@ -158,9 +176,9 @@ class PackedGemm:
             self.epilogue(y2)
 
     def _row_epilogue(self, y: np.ndarray) -> None:
-        """Bias and activation of the row the numba loop wrote, in place: the activation as
-        the oneDNN eltwise primitive of the post-op the many-row primitives fuse (the same
-        function, so one row and many agree; numpy's tanh Gelu takes nine passes)."""
+        """Bias and activation of the rows the numba loop or BLAS wrote (C-contiguous), in
+        place: the activation as the oneDNN eltwise primitive of the post-op the primitives
+        fuse (the same function, so every row count agrees; numpy's tanh Gelu takes nine passes)."""
         if self.bias is not None:
             np.add(y, self.bias, out=y)
         for _, algorithm, alpha, beta in self.post_ops:
@@ -180,6 +198,10 @@ class PackedGemm:
         if m == 1 and self.slabs is not None and compiled_ready():
             gemv.gemv_slabs(np.ascontiguousarray(a2[0]), self.slabs, y2[0])
             self._row_epilogue(y2[0])
+            return
+        if m <= self.blas_rows:
+            np.matmul(a2, self.row_major, out=y2)
+            self._row_epilogue(y2)
             return
         threads = intra_op_threads()
         api.set_threads(threads)
@@ -207,6 +229,23 @@ def _padded(md: api.MemoryDesc) -> api.MemoryDesc:
     if b.strides != (n, 1) or (n * F32.itemsize) % PLAIN_ROW_CONFLICT:
         return md
     return api.MemoryDesc((k, n), strides=(n + PLAIN_ROW_PAD, 1))
+
+
+def _row_major(weights: api.PackedWeights) -> Optional[np.ndarray]:
+    """The packed weight as a (k, n) float32 view, where its layout is row-major (rows
+    ``stride`` floats apart, padded or not): the layout oneDNN keeps on an AVX2-only CPU."""
+    md, buf, pointer = weights.layouts[0]
+    b = md.blocking()
+    if b is None or b.inner_blks or len(b.padded_dims) != 2:
+        return None
+    k, n = md.dims
+    if tuple(b.padded_dims) != (k, n) or b.strides[1] != 1 or b.strides[0] < n:
+        return None
+    start, span = pointer - buf.ctypes.data, ((k - 1) * b.strides[0] + n) * 4
+    if start % 4 or start + span > buf.nbytes:
+        return None
+    flat = buf[start:start + span].view(np.float32)
+    return np.lib.stride_tricks.as_strided(flat, (k, n), (b.strides[0] * 4, 4), writeable=False)
 
 
 def _slabs(weights: api.PackedWeights) -> Optional[np.ndarray]:

@@ -103,6 +103,33 @@ def test_a_row_major_weight_with_rows_2_kib_apart_is_padded(n):
         assert blocking.strides == ((n + gemm.PLAIN_ROW_PAD, 1) if n % 512 == 0 else (n, 1))
 
 
+@THREADS
+@pytest.mark.parametrize("activation", [None, "Gelu"])
+def test_few_rows_against_a_row_major_packed_weight_run_blas_on_its_memory(activation, threads, monkeypatch):
+    """Where oneDNN keeps a weight row-major (AVX2-only CPUs; forced here, so every CPU runs
+    it), up to gemm.BLAS_ROWS rows run numpy's matmul on a view of the packed memory (no
+    copy), then the bias and the activation; more rows take oneDNN's primitive. Every row
+    count agrees with ONNX Runtime and the numpy kernels."""
+    from dynashape.ops_fast.onednn import gemm
+    monkeypatch.setattr(gemm, "_padded", lambda md: api.MemoryDesc(md.dims, strides=(md.dims[1] + 16, 1)))
+    k, n = 512, 520                   # 1.06 MB: at least BLAS_MIN_BYTES
+    added = "y" if activation is None else "a"
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], [added])]
+    if activation:
+        nodes.append(helper.make_node(activation, ["a"], ["y"]))
+    m = _model(nodes, [("x", ["a", "b", k])], [("w", _rand(k, n, scale=k ** -0.5)), ("b", _rand(n))], opset=20)
+    rows = (1, 4, 16, 17, 40, 16, 1)
+    sess = _check(m, [{"x": _rand(1, r, k)} for r in rows], ops={"FusedMatMul"}, threads=threads)
+    (packed,) = [st.prepacked for st in sess.program.steps if st.kernel.plugin == "onednn"]
+    _, buf, _ = packed.weights.layouts[0]
+    assert packed.blas_rows == gemm.BLAS_ROWS and np.shares_memory(packed.row_major, buf)
+    a, y = _rand(16, k), np.empty((16, n), np.float32)
+    packed.run(a, y)
+    want = np.matmul(a, packed.row_major) + packed.bias
+    if activation is None:
+        np.testing.assert_array_equal(y, want)      # BLAS itself, bias added after
+
+
 def test_matmul_of_a_vector_and_of_four_dims():
     w = _rand(96, 80)
     nodes = [helper.make_node("MatMul", ["v", "w"], ["y"]), helper.make_node("MatMul", ["x", "w"], ["z"])]
@@ -137,8 +164,8 @@ def test_one_row_streams_the_packed_weight_through_the_column_block_loop(k, n, a
     sess = _check(m, feeds, ops={"FusedMatMul"}, threads=threads)
     packed = [st.prepacked for st in sess.program.steps if st.kernel.plugin == "onednn"]
     assert len(packed) == 1
-    if not onednn_blocks_weights(k, n):   # (AVX2 only: a plain weight, one row takes oneDNN's primitive)
-        assert packed[0].slabs is None
+    if not onednn_blocks_weights(k, n):   # (AVX2 only: a plain weight, one row runs BLAS on it)
+        assert packed[0].slabs is None and packed[0].blas_rows >= 1
         return
     assert packed[0].slabs is not None
     assert packed[0].slabs.shape[1:] == (-(-k // 16) * 16, 64) and packed[0].slabs.shape[0] * 64 >= n
