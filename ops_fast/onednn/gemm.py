@@ -13,7 +13,7 @@
   no second pass over the output.
 * **Few rows on a row-major weight.** Where oneDNN keeps the weight row-major (AVX2-only
   CPUs have no blocked brgemm layout), up to :data:`BLAS_ROWS` rows (a decode step, b1 s16)
-  run numpy's BLAS on a view of the packed memory, which measured faster there, then the
+  at one intra-op thread run numpy's BLAS on a view of the packed memory, which measured faster there, then the
   bias and the activation (the post-op's eltwise primitive) in place.
 * Primitives are made per row count (and thread count) on first use, a few hundred
   microseconds each, and kept with the packed weight; nodes of equal shapes and post-ops
@@ -73,7 +73,9 @@ PLAIN_ROW_PAD = 16
 #: Measured on a Zen 3 (OpenBLAS 0.3.31 Haswell kernels, one thread, four weights in turn),
 #: BLAS / oneDNN time: one row 0.43-0.84 over MiniLM's, gpt2's and a SmolLM's weights, 16 rows
 #: 0.68-0.96 from 1.5 MiB up (384 x 384 at 8-16 rows: 1.06-1.10), 32-64 rows 1.06-1.36
-#: (``benchmarks/kernels.py`` keeps the GEMM classes of these models)
+#: (``benchmarks/kernels.py`` keeps the GEMM classes of these models). One intra-op thread
+#: only: with more, OpenBLAS's threads wait on oneDNN's OpenMP workers, which spin after each
+#: parallel region (MiniLM b1 s16 at two threads: 13.9x onnxruntime)
 BLAS_ROWS_SMALL = 4
 BLAS_ROWS = 16
 BLAS_MIN_BYTES = 1 << 20
@@ -199,11 +201,11 @@ class PackedGemm:
             gemv.gemv_slabs(np.ascontiguousarray(a2[0]), self.slabs, y2[0])
             self._row_epilogue(y2[0])
             return
-        if m <= self.blas_rows:
+        threads = intra_op_threads()
+        if m <= self.blas_rows and threads == 1:
             np.matmul(a2, self.row_major, out=y2)
             self._row_epilogue(y2)
             return
-        threads = intra_op_threads()
         api.set_threads(threads)
         try:
             prim, weights = self.primitive(m, a2.strides, threads)

@@ -107,9 +107,10 @@ def test_a_row_major_weight_with_rows_2_kib_apart_is_padded(n):
 @pytest.mark.parametrize("activation", [None, "Gelu"])
 def test_few_rows_against_a_row_major_packed_weight_run_blas_on_its_memory(activation, threads, monkeypatch):
     """Where oneDNN keeps a weight row-major (AVX2-only CPUs; forced here, so every CPU runs
-    it), up to gemm.BLAS_ROWS rows run numpy's matmul on a view of the packed memory (no
-    copy), then the bias and the activation; more rows take oneDNN's primitive. Every row
-    count agrees with ONNX Runtime and the numpy kernels."""
+    it), up to gemm.BLAS_ROWS rows at one thread run numpy's matmul on a view of the packed
+    memory (no copy), then the bias and the activation; more rows, or more threads (OpenBLAS's
+    would wait on oneDNN's spinning OpenMP workers), take oneDNN's primitive. Every row count
+    agrees with ONNX Runtime and the numpy kernels."""
     from dynashape.ops_fast.onednn import gemm
     monkeypatch.setattr(gemm, "_padded", lambda md: api.MemoryDesc(md.dims, strides=(md.dims[1] + 16, 1)))
     k, n = 512, 520                   # 1.06 MB: at least BLAS_MIN_BYTES
@@ -124,6 +125,7 @@ def test_few_rows_against_a_row_major_packed_weight_run_blas_on_its_memory(activ
     _, buf, _ = packed.weights.layouts[0]
     assert packed.blas_rows == gemm.BLAS_ROWS and np.shares_memory(packed.row_major, buf)
     a, y = _rand(16, k), np.empty((16, n), np.float32)
+    monkeypatch.setattr(gemm, "intra_op_threads", lambda: 1)
     packed.run(a, y)
     want = np.matmul(a, packed.row_major) + packed.bias
     if activation is None:
