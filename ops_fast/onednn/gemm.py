@@ -11,10 +11,14 @@
   gone, as with onnxruntime's ``MlasGemmPackB``.
 * **Epilogues in the output pass.** Bias and FusedMatMul's activation are oneDNN post-ops:
   no second pass over the output.
-* **Few rows on a row-major weight.** Where oneDNN keeps the weight row-major (AVX2-only
-  CPUs have no blocked brgemm layout), up to :data:`BLAS_ROWS` rows (a decode step, b1 s16)
-  at one intra-op thread run numpy's BLAS on a view of the packed memory, which measured faster there, then the
-  bias and the activation (the post-op's eltwise primitive) in place.
+* **Column panels where oneDNN has no blocked layout.** On an AVX2-only CPU oneDNN keeps the
+  weight row-major and its float32 matmul is a jit SGEMM that packs B again on every call.
+  There, with numba, the weight is packed once in 16-column panels (:func:`_pack_panels`,
+  replacing the initializer) and every row count runs the compiled tile loop
+  :mod:`..loops.panels` (registers hold a 6 x 16 tile; MLAS's approach), then the bias and
+  the activation (the post-op's eltwise primitive) in place. Without numba, up to
+  :data:`BLAS_ROWS` rows at one intra-op thread run numpy's BLAS on a view of oneDNN's
+  row-major memory, more rows the primitive.
 * Primitives are made per row count (and thread count) on first use, a few hundred
   microseconds each, and kept with the packed weight; nodes of equal shapes and post-ops
   (a transformer's blocks), in any session of the process, share one (``api.shared``).
@@ -32,14 +36,16 @@ import numpy as np
 from dynashape.ops_builtin import fusions
 from dynashape.records import OpLibrary
 from dynashape.threads import intra_op_threads
+from dynashape.weight_arena import aligned_empty
 
 from .. import AVAILABLE as NUMBA_AVAILABLE
 from ..common import lazy_import
 from ..tiering import compiled_ready
 from . import api
 
-#: the one-row loop (numba), where numba is installed and usable
+#: the one-row loop and the column-panel GEMM (numba), where numba is installed and usable
 gemv = lazy_import("..loops.gemv", __package__) if NUMBA_AVAILABLE else None
+panel_loops = lazy_import("..loops.panels", __package__) if NUMBA_AVAILABLE else None
 
 lib = OpLibrary()
 
@@ -117,7 +123,7 @@ class PackedGemm:
     """
 
     opaque_to_tracing = True
-    __slots__ = ("k", "n", "weights", "bias", "post_ops", "plain", "epilogue", "slabs", "row_major",
+    __slots__ = ("k", "n", "weights", "panels", "bias", "post_ops", "plain", "epilogue", "slabs", "row_major",
                  "blas_rows", "_primitives", "__weakref__")
 
     def __init__(self, weight: np.ndarray, bias: Optional[np.ndarray], post_ops: tuple,
@@ -132,19 +138,28 @@ class PackedGemm:
         self.epilogue = epilogue
         self._primitives = api.PrimitiveCache(MAX_PRIMITIVES)
         probe = self._make(64, self.k, 1, api.MemoryDesc((self.k, self.n), tag=api.ANY))
+        chosen = _padded(probe.mds[1])
+        self.weights = self.panels = self.row_major = None
+        self.blas_rows = 0
+        if panel_loops is not None and _row_major_layout(chosen):
+            # no blocked layout (an AVX2-only CPU: oneDNN's matmul would be a jit SGEMM packing B
+            # on every call): the weight in column panels, for the compiled loop, at every row count
+            self.panels = _pack_panels(np.asarray(weight, dtype=F32), allocate)
+            self.plain = self.slabs = None     # (the streaming loop reads 16-wide panels at half its speed)
+            return
         self.weights = api.PackedWeights(api.MemoryDesc((self.k, self.n), strides=(self.n, 1)),
-                                         np.ascontiguousarray(weight, dtype=F32), _padded(probe.mds[1]), allocate)
+                                         np.ascontiguousarray(weight, dtype=F32), chosen, allocate)
         # one row (a decode step) streams the packed weight through the numba loop, where it can
         streams = gemv is not None and weight.nbytes >= GEMV_MIN_BYTES
         self.slabs = _slabs(self.weights) if streams else None
-        # a row-major packed weight (no blocked layout) is also what numpy's BLAS reads: few rows run there
+        # a row-major packed weight (no numba for the panels) is also what numpy's BLAS reads: few rows run there
         self.row_major = _row_major(self.weights)
-        self.blas_rows = 0 if self.row_major is None else (
-            BLAS_ROWS if weight.nbytes >= BLAS_MIN_BYTES else BLAS_ROWS_SMALL)
+        if self.row_major is not None:
+            self.blas_rows = BLAS_ROWS if weight.nbytes >= BLAS_MIN_BYTES else BLAS_ROWS_SMALL
 
     @property
     def nbytes(self) -> int:
-        return self.weights.nbytes
+        return self.panels.nbytes if self.panels is not None else self.weights.nbytes
 
     def _make(self, m: int, row_stride: int, col_stride: int, weights: api.MemoryDesc) -> api.Primitive:
         src = api.MemoryDesc((m, self.k), strides=(row_stride, col_stride))
@@ -186,12 +201,28 @@ class PackedGemm:
         for _, algorithm, alpha, beta in self.post_ops:
             api.eltwise(y, y, algorithm, alpha, beta)
 
+    def _run_panels(self, a2: np.ndarray, y2: np.ndarray) -> None:
+        """The weight in column panels: every row count through the panel GEMM (numpy's
+        batched matmul over the panels until the compiled loops are ready), then the bias and
+        the activation."""
+        if a2.strides[1] != F32.itemsize:
+            a2 = np.ascontiguousarray(a2)
+        if not compiled_ready():
+            _panels_matmul(a2, self.panels, y2)
+        else:
+            scratch = np.empty((a2.shape[0] if self.n % panel_loops.WIDTH else 0, panel_loops.WIDTH), F32)
+            panel_loops.panel_gemm.run(self.panels.shape[0], a2, self.panels, y2, scratch)
+        self._row_epilogue(y2)
+
     def run(self, a2: np.ndarray, y2: np.ndarray, a=None, y=None) -> None:
         """``y2 (M, N) = epilogue(a2 (M, K) @ W + bias)``; y2 C-contiguous, a2 any strides.
         ``a`` / ``y``: the arrays a2 / y2 are views of with the same data pointer (the planned
         buffers, the same objects run after run: their pointers are looked up once)."""
         m = a2.shape[0]
         if m == 0:
+            return
+        if self.panels is not None:
+            self._run_panels(a2, y2)
             return
         if self.plain is not None and m * self.k * self.n < MIN_WORK:
             np.matmul(a2, self.plain, out=y2)
@@ -233,16 +264,47 @@ def _padded(md: api.MemoryDesc) -> api.MemoryDesc:
     return api.MemoryDesc((k, n), strides=(n + PLAIN_ROW_PAD, 1))
 
 
-def _row_major(weights: api.PackedWeights) -> Optional[np.ndarray]:
-    """The packed weight as a (k, n) float32 view, where its layout is row-major (rows
-    ``stride`` floats apart, padded or not): the layout oneDNN keeps on an AVX2-only CPU."""
-    md, buf, pointer = weights.layouts[0]
+def _row_major_layout(md: api.MemoryDesc) -> bool:
+    """Whether ``md`` is a row-major (k, n) layout (rows ``stride`` floats apart, padded or
+    not): the layout oneDNN keeps on an AVX2-only CPU."""
     b = md.blocking()
     if b is None or b.inner_blks or len(b.padded_dims) != 2:
-        return None
+        return False
     k, n = md.dims
-    if tuple(b.padded_dims) != (k, n) or b.strides[1] != 1 or b.strides[0] < n:
+    return tuple(b.padded_dims) == (k, n) and b.strides[1] == 1 and b.strides[0] >= n
+
+
+def _pack_panels(weight: np.ndarray, allocate=None) -> np.ndarray:
+    """``weight (K, N)`` as column panels ``(ceil(N / 16), K, 16)`` (:mod:`..loops.panels`),
+    the last one zero-padded, in memory from ``allocate(nbytes)`` (the weight arena) or its own."""
+    k, n = weight.shape
+    width = 16
+    count = -(-n // width)
+    nbytes = count * k * width * F32.itemsize
+    panels = (aligned_empty if allocate is None else allocate)(nbytes)[:nbytes].view(F32).reshape(count, k, width)
+    full = n // width
+    panels[:full] = weight[:, :full * width].reshape(k, full, width).transpose(1, 0, 2)
+    if full < count:
+        panels[full] = 0.0
+        panels[full, :, :n - full * width] = weight[:, full * width:]
+    return panels
+
+
+def _panels_matmul(a2: np.ndarray, panels: np.ndarray, y2: np.ndarray) -> None:
+    """``y2 = a2 @ W`` from the panels with numpy (one small GEMM per panel): the path of the
+    runs before the compiled loops are ready."""
+    n = y2.shape[1]
+    out = np.matmul(a2, panels)                  # (NP, M, 16)
+    y2[...] = out.transpose(1, 0, 2).reshape(a2.shape[0], -1)[:, :n]
+
+
+def _row_major(weights: api.PackedWeights) -> Optional[np.ndarray]:
+    """The packed weight as a (k, n) float32 view, where its layout is row-major."""
+    md, buf, pointer = weights.layouts[0]
+    if not _row_major_layout(md):
         return None
+    b = md.blocking()
+    k, n = md.dims
     start, span = pointer - buf.ctypes.data, ((k - 1) * b.strides[0] + n) * 4
     if start % 4 or start + span > buf.nbytes:
         return None

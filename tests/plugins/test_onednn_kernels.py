@@ -89,11 +89,13 @@ def test_matmul_against_a_constant_weight_is_one_gemm_over_the_leading_dims(k, n
 
 
 @pytest.mark.parametrize("n", [512, 520])
-def test_a_row_major_weight_with_rows_2_kib_apart_is_padded(n):
+def test_a_row_major_weight_with_rows_2_kib_apart_is_padded(n, monkeypatch):
     """Where oneDNN keeps the weight row-major (AVX2-only CPUs), rows a multiple of 2 KiB
     apart (512 floats) get 16 floats of padding each (gemm.PLAIN_ROW_PAD: they would share
-    cache sets); 520-float rows stay as they are; the products are the same at every row count."""
+    cache sets); 520-float rows stay as they are; the products are the same at every row count.
+    (The layout of the primitive: with numba, an AVX2 CPU packs column panels instead.)"""
     from dynashape.ops_fast.onednn import gemm
+    monkeypatch.setattr(gemm, "panel_loops", None)
     w = _rand(96, n)
     m = _model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", ["a", 96])], [("w", w)])
     sess = _check(m, [{"x": _rand(a, 96)} for a in (64, 1, 300, 7)], ops={"MatMul"})
@@ -103,16 +105,86 @@ def test_a_row_major_weight_with_rows_2_kib_apart_is_padded(n):
         assert blocking.strides == ((n + gemm.PLAIN_ROW_PAD, 1) if n % 512 == 0 else (n, 1))
 
 
+def _force_panels(monkeypatch):
+    """Column panels for every weight (as an AVX2-only CPU chooses), so every CPU runs them."""
+    from dynashape.ops_fast.onednn import gemm
+    if gemm.panel_loops is None:
+        pytest.skip("numba is not installed")
+    monkeypatch.setattr(gemm, "_row_major_layout", lambda md: True)
+    return gemm
+
+
+@THREADS
+@pytest.mark.parametrize("k,n", [(67, 129), (1, 4096), (300, 16), (5000, 3), (768, 2304)])
+@pytest.mark.parametrize("epilogue", [None, "bias", "Gelu"])
+def test_a_weight_in_column_panels_runs_the_compiled_loop_at_every_row_count(k, n, epilogue, threads, monkeypatch):
+    """A weight packed in 16-column panels (the last one zero-padded), replacing the
+    initializer, runs the compiled tile loop at every row count (tiles of 6, 4, 2 and 1 rows,
+    the partial last panel through scratch), then the bias and the activation; 0 rows too."""
+    gemm = _force_panels(monkeypatch)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h" if epilogue else "y"])]
+    inits = [("w", _rand(k, n, scale=k ** -0.5))]
+    if epilogue:
+        nodes.append(helper.make_node("Add", ["h", "b"], ["y" if epilogue == "bias" else "a"]))
+        inits.append(("b", _rand(n)))
+    if epilogue == "Gelu":
+        nodes.append(helper.make_node("Gelu", ["a"], ["y"]))
+    m = _model(nodes, [("x", ["a", "b", k])], inits, opset=20)
+    feeds = [{"x": _rand(a, b, k)} for a, b in ((1, 1), (1, 5), (2, 7), (1, 16), (0, 3), (3, 11), (1, 1))]
+    sess = _check(m, feeds, ops={"FusedMatMul" if epilogue else "MatMul"}, threads=threads)
+    (packed,) = [st.prepacked for st in sess.program.steps if st.prepacked is not None]
+    assert packed.weights is None and packed.panels.shape == (-(-n // 16), k, 16)
+    assert sess.graph.packed_away, "the panels replace the initializer"
+    if n % 16:
+        assert not packed.panels[-1, :, n % 16:].any()
+    assert gemm.panel_loops.panel_gemm.serial.signatures, "the compiled loop ran"
+
+
+def test_every_row_and_column_of_a_panel_product_rounds_alike(monkeypatch):
+    """Each output element is one fused multiply-add chain over k in order, whatever tile or
+    panel computes it: equal rows of A give bit-identical output rows (ONNX's light_squeezenet
+    needs that of its convs) and equal columns of W bit-identical output columns."""
+    gemm = _force_panels(monkeypatch)
+    k, n, m = 200, 40, 17
+    row, col = _rand(k), _rand(k)
+    w = np.repeat(col[:, None], n, axis=1)
+    packed = gemm.PackedGemm(w, None, ())
+    a = np.repeat(row[None], m, axis=0)
+    y = np.empty((m, n), np.float32)
+    packed.run(a, y)
+    assert (y == y[0, 0]).all()
+    chain = np.float32(0)
+    for x, v in zip(row, col):      # fma(x, v, chain) in float32: the float64 product of two float32 is exact
+        chain = np.float32(np.float64(x) * np.float64(v) + np.float64(chain))
+    assert y[0, 0] == chain
+
+
+def test_before_the_compiled_loops_are_ready_the_panels_run_numpy(monkeypatch):
+    """The first calls of a process, while numba compiles in the background: numpy's batched
+    matmul over the panels, the same product."""
+    gemm = _force_panels(monkeypatch)
+    monkeypatch.setattr(gemm, "compiled_ready", lambda: False)
+    k, n = 70, 45
+    w, b = _rand(k, n), _rand(n)
+    packed = gemm.PackedGemm(w, b, (("eltwise", "relu", 0.0, 0.0),))
+    for m in (1, 9):
+        a, y = _rand(m, k), np.empty((m, n), np.float32)
+        packed.run(a, y)
+        np.testing.assert_allclose(y, np.maximum(a @ w + b, 0), rtol=1e-5, atol=1e-5)
+
+
 @THREADS
 @pytest.mark.parametrize("activation", [None, "Gelu"])
 def test_few_rows_against_a_row_major_packed_weight_run_blas_on_its_memory(activation, threads, monkeypatch):
     """Where oneDNN keeps a weight row-major (AVX2-only CPUs; forced here, so every CPU runs
-    it), up to gemm.BLAS_ROWS rows at one thread run numpy's matmul on a view of the packed
-    memory (no copy), then the bias and the activation; more rows, or more threads (OpenBLAS's
-    would wait on oneDNN's spinning OpenMP workers), take oneDNN's primitive. Every row count
-    agrees with ONNX Runtime and the numpy kernels."""
+    it) and numba is missing (no column panels), up to gemm.BLAS_ROWS rows at one thread run
+    numpy's matmul on a view of the packed memory (no copy), then the bias and the
+    activation; more rows, or more threads (OpenBLAS's would wait on oneDNN's spinning OpenMP
+    workers), take oneDNN's primitive. Every row count agrees with ONNX Runtime and the numpy
+    kernels."""
     from dynashape.ops_fast.onednn import gemm
     monkeypatch.setattr(gemm, "_padded", lambda md: api.MemoryDesc(md.dims, strides=(md.dims[1] + 16, 1)))
+    monkeypatch.setattr(gemm, "panel_loops", None)     # (without numba: else column panels)
     k, n = 512, 520                   # 1.06 MB: at least BLAS_MIN_BYTES
     added = "y" if activation is None else "a"
     nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], [added])]
@@ -166,18 +238,21 @@ def test_one_row_streams_the_packed_weight_through_the_column_block_loop(k, n, a
     sess = _check(m, feeds, ops={"FusedMatMul"}, threads=threads)
     packed = [st.prepacked for st in sess.program.steps if st.kernel.plugin == "onednn"]
     assert len(packed) == 1
-    if not onednn_blocks_weights(k, n):   # (AVX2 only: a plain weight, one row runs BLAS on it)
-        assert packed[0].slabs is None and packed[0].blas_rows >= 1
+    if not onednn_blocks_weights(k, n):   # (AVX2 only: column panels, one row runs the panel loop)
+        assert packed[0].slabs is None and packed[0].panels is not None
         return
     assert packed[0].slabs is not None
     assert packed[0].slabs.shape[1:] == (-(-k // 16) * 16, 64) and packed[0].slabs.shape[0] * 64 >= n
 
 
 @THREADS
-def test_nodes_of_equal_shapes_share_their_primitives_and_keep_their_own_values(threads):
+def test_nodes_of_equal_shapes_share_their_primitives_and_keep_their_own_values(threads, monkeypatch):
     """A transformer's blocks repeat their shapes: equal GEMMs, LayerNorms and attention cores
     share one primitive per shape in the process (api.shared), a second session's too, and each
-    node still multiplies by its own weight, at every row count, in any order."""
+    node still multiplies by its own weight, at every row count, in any order. (The GEMMs'
+    primitives: with numba, an AVX2 CPU packs column panels for the compiled loop instead.)"""
+    from dynashape.ops_fast.onednn import gemm
+    monkeypatch.setattr(gemm, "panel_loops", None)
     k = n = 256    # 40 rows: enough work for oneDNN's primitive (gemm.MIN_WORK)
     nodes, weights, inits, x = [], [], [], "x"
     for i in range(3):
@@ -225,12 +300,20 @@ def test_the_packed_weights_follow_each_other_in_the_sessions_weight_arena():
              ("b3", _rand(72))]
     m = _model(nodes, [("x", ["a", 96])], inits)
     sess = _check(m, [{"x": _rand(a, 96)} for a in (16, 1, 200)], ops={"MatMul", "Gemm"})
-    packed = [st.prepacked.weights.layouts[0] for st in sess.program.steps if st.prepacked is not None]
+    packed = [_packed_memory(st.prepacked) for st in sess.program.steps if st.prepacked is not None]
     assert len(packed) == 3
-    pointers = [pointer for _, _, pointer in packed]
-    sizes = [md.nbytes + (-md.nbytes) % 64 for md, _, _ in packed]
+    pointers = [pointer for pointer, _ in packed]
+    sizes = [nbytes + (-nbytes) % 64 for _, nbytes in packed]
     assert [b - a for a, b in zip(pointers, pointers[1:])] == sizes[:-1]
-    assert sess.graph.weight_arena.handed_out == sum(md.nbytes for md, _, _ in packed)
+    assert sess.graph.weight_arena.handed_out == sum(nbytes for _, nbytes in packed)
+
+
+def _packed_memory(packed) -> tuple:
+    """(address, bytes) of a PackedGemm's weight: its column panels or oneDNN's layout."""
+    if packed.panels is not None:
+        return packed.panels.ctypes.data, packed.panels.nbytes
+    md, _, pointer = packed.weights.layouts[0]
+    return pointer, md.nbytes
 
 
 def test_a_weight_read_by_another_node_is_kept():
@@ -650,7 +733,8 @@ print(json.dumps({"numba": "numba" in sys.modules, "llvmlite": "llvmlite" in sys
 
 def test_a_transformer_block_runs_without_loading_numba(tmp_path):
     """The GEMMs, LayerNormalization and the attention core take oneDNN kernels: numba (and
-    llvmlite's ~100 MB) is never loaded."""
+    llvmlite's ~100 MB) is never loaded, where oneDNN packs the weights into blocks (AVX-512).
+    On an AVX2-only CPU the GEMMs run the compiled column-panel loop, which loads numba."""
     import json
     import subprocess
     import sys
@@ -667,7 +751,8 @@ def test_a_transformer_block_runs_without_loading_numba(tmp_path):
     path.write_bytes(_model(nodes, [("x", ["b", "s", h])], inits).SerializeToString())
     out = subprocess.run([sys.executable, "-c", _TRANSFORMER_WITHOUT_NUMBA, str(path)], capture_output=True,
                          text=True, check=True)
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"numba": False, "llvmlite": False, "fast": []}
+    compiled = not onednn_blocks_weights(h, h)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"numba": compiled, "llvmlite": compiled, "fast": []}
 
 
 def test_a_batch_norm_after_an_activation_runs_channels_last():
