@@ -60,13 +60,17 @@ class NodeServices:
     may decline where a neighbour needs its exact rounding (a float MatMul between the
     QuantizeLinear / DequantizeLinear pairs of a QDQ model).
 
+    ``constant_bytes(op_types)`` returns the bytes of the constants (initializers, folded
+    constants) that the graph's nodes of those op types read: a kernel's ``prepack`` may ask
+    what kind of model its node is in (0 outside a compiled program).
+
     ``weight_buffer(nbytes)`` returns uninitialised memory (``uint8``, 64-byte aligned) for a
     kernel's ``prepack`` to pack a constant weight into: carved from the prepared graph's
     weight arena (:mod:`dynashape.weight_arena`: huge-page-backed, the weights in the order the
     program makes them), or a plain allocation outside a compiled program.
     """
 
-    __slots__ = ("opsets", "registry", "_compile_subgraph", "_subgraphs", "_graph", "_neighbours")
+    __slots__ = ("opsets", "registry", "_compile_subgraph", "_subgraphs", "_graph", "_neighbours", "_constant_bytes")
 
     def __init__(self, opsets: Mapping[str, int], registry: Registry,
                  compile_subgraph: Optional[Callable[[Any], Any]] = None, graph: Any = None):
@@ -76,6 +80,7 @@ class NodeServices:
         self._subgraphs: dict = {}
         self._graph = graph
         self._neighbours: Optional[dict] = None
+        self._constant_bytes: Optional[dict] = None
 
     def neighbours(self, node) -> tuple:
         """``(op types producing node's inputs, op types reading its outputs)``, frozensets."""
@@ -95,6 +100,20 @@ class NodeServices:
                 after = frozenset(t for o in pn.outputs if o >= 0 for t in readers.get(o, ()))
                 self._neighbours[id(pn.node)] = (before, after)
         return self._neighbours.get(id(node), (frozenset(), frozenset()))
+
+    def constant_bytes(self, op_types) -> int:
+        """Bytes of the constants read by the graph's nodes of these op types (each constant
+        counted once per op type; a prepacked constant's stand-in keeps its shape)."""
+        if self._graph is None:
+            return 0
+        if self._constant_bytes is None:
+            pg = self._graph
+            slots: dict = {}
+            for pn in pg.nodes:
+                slots.setdefault(pn.node.op_type, set()).update(i for i in pn.inputs if i in pg.constants)
+            self._constant_bytes = {op: sum(int(np.prod(pg.constants[i].shape)) * pg.constants[i].dtype.itemsize
+                                            for i in found) for op, found in slots.items()}
+        return sum(self._constant_bytes.get(op, 0) for op in op_types)
 
     def weight_buffer(self, nbytes: int) -> np.ndarray:
         """``nbytes`` of uninitialised, 64-byte aligned memory for a packed weight."""

@@ -114,7 +114,8 @@ class PackedGemm:
     primitives made for it per (row count, A's strides, threads).
 
     ``post_ops``: eltwise post-ops only (:func:`eltwise_post_ops`), so a single row's
-    activation can run as the same eltwise primitive after the numba loop.
+    activation can run as the same eltwise primitive after the numba loop. ``panels``: the
+    weight may go into column panels where oneDNN has no blocked layout (:func:`panels_pay`).
 
     A small weight (at most :data:`KEEP_PLAIN_BYTES`) without an activation numpy would
     compute in several passes is kept as it is too: a product of fewer than
@@ -127,7 +128,7 @@ class PackedGemm:
                  "blas_rows", "_primitives", "__weakref__")
 
     def __init__(self, weight: np.ndarray, bias: Optional[np.ndarray], post_ops: tuple,
-                 epilogue: Optional[fusions.Epilogue] = None, allocate=None):
+                 epilogue: Optional[fusions.Epilogue] = None, allocate=None, panels: bool = True):
         k, n = weight.shape
         self.k, self.n = int(k), int(n)
         self.post_ops = post_ops
@@ -141,7 +142,7 @@ class PackedGemm:
         chosen = _padded(probe.mds[1])
         self.weights = self.panels = self.row_major = None
         self.blas_rows = 0
-        if panel_loops is not None and _row_major_layout(chosen):
+        if panels and panel_loops is not None and _row_major_layout(chosen):
             # no blocked layout (an AVX2-only CPU: oneDNN's matmul would be a jit SGEMM packing B
             # on every call): the weight in column panels, for the compiled loop, at every row count
             self.panels = _pack_panels(np.asarray(weight, dtype=F32), allocate)
@@ -341,6 +342,20 @@ def weight_memory(ctx):
     return None if ctx.services is None else ctx.services.weight_buffer
 
 
+#: op types whose constants are GEMM weights, and convolution weights
+GEMM_OPS = ("MatMul", "Gemm", "FusedMatMul")
+CONV_OPS = ("Conv", "FusedConv", "NhwcConv", "ConvTranspose")
+
+
+def panels_pay(ctx) -> bool:
+    """Whether the node's weight goes into column panels (an AVX2-only CPU; the compiled loop
+    loads numba, ~85 MB resident): where the model's GEMM weights weigh at least its
+    convolution weights (a transformer, an MLP), not where a CNN's classifier head is its
+    only GEMM (mobilenet_v3_large's two: no faster, and 145 -> 265 MB peak RSS)."""
+    s = ctx.services
+    return s is None or s.constant_bytes(GEMM_OPS) >= s.constant_bytes(CONV_OPS)
+
+
 def _weight(ctx, trans_b: bool) -> Optional[np.ndarray]:
     w = ctx.value(1)
     if w is None or w.dtype != F32 or w.ndim != 2:
@@ -381,7 +396,7 @@ def _matmul_accepts(ctx) -> bool:
 
 
 def _matmul_prepack(ctx) -> PackedGemm:
-    return PackedGemm(_weight(ctx, False), None, (), allocate=weight_memory(ctx))
+    return PackedGemm(_weight(ctx, False), None, (), allocate=weight_memory(ctx), panels=panels_pay(ctx))
 
 
 def _prepared(ctx, make) -> PackedGemm:
@@ -437,7 +452,7 @@ def _gemm_prepack(ctx) -> PackedGemm:
     alpha = float(ctx.attr("alpha", 1.0))
     if alpha != 1.0:
         w = (w.astype(np.float64) * alpha).astype(F32)
-    return PackedGemm(w, _gemm_bias(ctx, w.shape[1])[1], (), allocate=weight_memory(ctx))
+    return PackedGemm(w, _gemm_bias(ctx, w.shape[1])[1], (), allocate=weight_memory(ctx), panels=panels_pay(ctx))
 
 
 @lib.kernel("Gemm", since_version=7, dtypes=[np.float32], priority=PRIORITY, accepts=_gemm_accepts,
@@ -469,7 +484,7 @@ def _fused_prepack(ctx) -> PackedGemm:
     w = _weight(ctx, bool(ctx.attr("transB", 0)))
     bias = ctx.value(2) if ctx.has_input(2) else None
     return PackedGemm(w, bias, eltwise_post_ops(ctx.attr("activation", ""), ctx.attr("activation_params", [])),
-                      fusions.epilogue(ctx), weight_memory(ctx))
+                      fusions.epilogue(ctx), weight_memory(ctx), panels_pay(ctx))
 
 
 @lib.kernel("FusedMatMul", domain=fusions.DOMAIN, dtypes=[np.float32], priority=PRIORITY, accepts=_fused_accepts,

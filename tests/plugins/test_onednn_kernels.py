@@ -140,6 +140,29 @@ def test_a_weight_in_column_panels_runs_the_compiled_loop_at_every_row_count(k, 
     assert gemm.panel_loops.panel_gemm.serial.signatures, "the compiled loop ran"
 
 
+def test_a_cnns_classifier_head_keeps_onednns_primitive_and_numba_unloaded(monkeypatch):
+    """Column panels only where the model's GEMM weights weigh at least its convolution
+    weights (gemm.panels_pay, through ctx.services.constant_bytes): a CNN's classifier Gemm
+    keeps oneDNN's row-major primitive (the panels' loop would load numba, ~85 MB, for a node
+    that is a sliver of the run); the same Gemm alone takes the panels."""
+    _force_panels(monkeypatch)
+    c = 64
+    head = [helper.make_node("GlobalAveragePool", ["r"], ["p"]), helper.make_node("Flatten", ["p"], ["f"]),
+            helper.make_node("Gemm", ["f", "wg", "bg"], ["y"])]
+    nodes = [helper.make_node("Conv", ["x", "wc"], ["cv"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["cv"], ["r"])]
+    inits = [("wc", _rand(c, c, 3, 3, scale=0.05)), ("wg", _rand(c, 100, scale=0.1)), ("bg", _rand(100))]
+    cnn = _check(_model(nodes + head, [("x", ["n", c, 6, 6])], inits), [{"x": _rand(n, c, 6, 6)} for n in (1, 3)],
+                 ops={"Gemm"}, rtol=1e-4, atol=1e-5)
+    (gemm,) = [st.prepacked for st in cnn.program.steps if st.node.node.op_type == "Gemm"]
+    assert gemm.panels is None and gemm.weights is not None
+    services = cnn.program.services
+    assert services.constant_bytes(("Gemm",)) == (c * 100 + 100) * 4
+    alone = _check(_model(head, [("r", ["n", c, 6, 6])], inits[1:]), [{"r": _rand(n, c, 6, 6)} for n in (1, 3)],
+                   ops={"Gemm"})
+    (gemm,) = [st.prepacked for st in alone.program.steps if st.node.node.op_type == "Gemm"]
+    assert gemm.panels is not None
+
+
 def test_every_row_and_column_of_a_panel_product_rounds_alike(monkeypatch):
     """Each output element is one fused multiply-add chain over k in order, whatever tile or
     panel computes it: equal rows of A give bit-identical output rows (ONNX's light_squeezenet
