@@ -166,16 +166,18 @@ def test_a_cnns_classifier_head_keeps_onednns_primitive_and_numba_unloaded(monke
 def test_every_row_and_column_of_a_panel_product_rounds_alike(monkeypatch):
     """Each output element is one fused multiply-add chain over k in order, whatever tile or
     panel computes it: equal rows of A give bit-identical output rows (ONNX's light_squeezenet
-    needs that of its convs) and equal columns of W bit-identical output columns."""
+    needs that of its convs) and equal columns of W bit-identical output columns; one row
+    (several panels at once: loops.panels.ROW_PANELS) sums the same chain."""
     gemm = _force_panels(monkeypatch)
-    k, n, m = 200, 40, 17
+    k, n, m = 200, 16 * 13 + 5, 17          # one row: two groups of six panels, then tiles
     row, col = _rand(k), _rand(k)
     w = np.repeat(col[:, None], n, axis=1)
     packed = gemm.PackedGemm(w, None, ())
     a = np.repeat(row[None], m, axis=0)
-    y = np.empty((m, n), np.float32)
+    y, y1 = np.empty((m, n), np.float32), np.empty((1, n), np.float32)
     packed.run(a, y)
-    assert (y == y[0, 0]).all()
+    packed.run(a[:1], y1)
+    assert (y == y[0, 0]).all() and (y1 == y[0, 0]).all()
     chain = np.float32(0)
     for x, v in zip(row, col):      # fma(x, v, chain) in float32: the float64 product of two float32 is exact
         chain = np.float32(np.float64(x) * np.float64(v) + np.float64(chain))
