@@ -57,40 +57,17 @@ def _tile_codegen(rows: int):
                                               [ir.Constant(i64, h * 8)]), v8.as_pointer())
                   for r in range(rows) for h in (0, 1)]
         start = _initial(builder, accumulate, vector, v8)
-        entry = builder.block
-        loop, done = builder.append_basic_block("tile_loop"), builder.append_basic_block("tile_done")
-        builder.cbranch(builder.icmp_signed(">", k, ir.Constant(i64, 0)), loop, done)
-
-        builder.position_at_end(loop)
-        kk = builder.phi(i64)
-        kk.add_incoming(ir.Constant(i64, 0), entry)
-        acc = []
-        for initial in start:
-            phi = builder.phi(v8)
-            phi.add_incoming(initial, entry)
-            acc.append(phi)
-        row = builder.gep(p, [builder.mul(kk, ir.Constant(i64, WIDTH))])
-        halves = [builder.load(builder.bitcast(builder.gep(row, [ir.Constant(i64, h * 8)]), v8.as_pointer()), align=4)
-                  for h in (0, 1)]
-        summed = []
-        for r in range(rows):
-            x = builder.load(builder.gep(a, [builder.add(builder.mul(ir.Constant(i64, r), lda), kk)]), align=4)
-            x = builder.shuffle_vector(builder.insert_element(undef, x, ir.Constant(i32, 0)), undef, splat)
-            summed += [builder.call(fma, [x, halves[h], acc[2 * r + h]]) for h in (0, 1)]
-        nxt = builder.add(kk, ir.Constant(i64, 1))
-        body_end = builder.block
-        kk.add_incoming(nxt, body_end)
-        for phi, value in zip(acc, summed):
-            phi.add_incoming(value, body_end)
-        builder.cbranch(builder.icmp_signed("<", nxt, k), loop, done)
-
-        builder.position_at_end(done)
-        totals = []
-        for initial, value in zip(start, summed):   # (every phi first: LLVM wants them at the top)
-            total = builder.phi(v8)
-            total.add_incoming(initial, entry)
-            total.add_incoming(value, body_end)
-            totals.append(total)
+        def step(kk, acc):
+            row = builder.gep(p, [builder.mul(kk, ir.Constant(i64, WIDTH))])
+            halves = [builder.load(builder.bitcast(builder.gep(row, [ir.Constant(i64, h * 8)]), v8.as_pointer()),
+                                   align=4) for h in (0, 1)]
+            summed = []
+            for r in range(rows):
+                x = builder.load(builder.gep(a, [builder.add(builder.mul(ir.Constant(i64, r), lda), kk)]), align=4)
+                x = builder.shuffle_vector(builder.insert_element(undef, x, ir.Constant(i32, 0)), undef, splat)
+                summed += [builder.call(fma, [x, halves[h], acc[2 * r + h]]) for h in (0, 1)]
+            return summed
+        totals = _k_loop(builder, k, start, step)
         for total, pointer in zip(totals, vector):
             builder.store(total, pointer, align=4)
         return context.get_dummy_value()
@@ -117,6 +94,39 @@ def _initial(builder, accumulate, pointers, v8) -> list:
     return start
 
 
+def _k_loop(builder, k, start: list, step) -> list:
+    """A loop over ``kk`` in 0 .. k - 1 (none when k <= 0) carrying vectors that begin as
+    ``start``: ``step(kk, carried)`` emits one iteration and returns the next values. Returns
+    the values after the loop (``start`` where it ran no iteration), the builder at its exit."""
+    i64 = ir.IntType(64)
+    entry = builder.block
+    loop, done = builder.append_basic_block("k_loop"), builder.append_basic_block("k_done")
+    builder.cbranch(builder.icmp_signed(">", k, ir.Constant(i64, 0)), loop, done)
+    builder.position_at_end(loop)
+    kk = builder.phi(i64)
+    kk.add_incoming(ir.Constant(i64, 0), entry)
+    carried = []
+    for initial in start:
+        phi = builder.phi(initial.type)
+        phi.add_incoming(initial, entry)
+        carried.append(phi)
+    nxt_values = step(kk, carried)
+    nxt = builder.add(kk, ir.Constant(i64, 1))
+    body_end = builder.block
+    kk.add_incoming(nxt, body_end)
+    for phi, value in zip(carried, nxt_values):
+        phi.add_incoming(value, body_end)
+    builder.cbranch(builder.icmp_signed("<", nxt, k), loop, done)
+    builder.position_at_end(done)
+    totals = []
+    for initial, value in zip(start, nxt_values):   # (every phi first: LLVM wants them at the top)
+        total = builder.phi(initial.type)
+        total.add_incoming(initial, entry)
+        total.add_incoming(value, body_end)
+        totals.append(total)
+    return totals
+
+
 def _row_codegen(count: int):
     """LLVM IR of ``c[0:16 count] = sum_k a[k] * P_g[k, 0:16]`` over ``count`` consecutive
     panels P_g (``stride`` floats apart, from ``p``): one row, ``count`` weight streams, each
@@ -131,41 +141,19 @@ def _row_codegen(count: int):
         a, p, c = (builder.inttoptr(x, f32.as_pointer()) for x in (a_addr, p_addr, c_addr))
         zero, undef = ir.Constant(v8, [0.0] * 8), ir.Constant(v8, ir.Undefined)
         splat = ir.Constant(ir.VectorType(i32, 8), [0] * 8)
-        entry = builder.block
-        loop, done = builder.append_basic_block("row_loop"), builder.append_basic_block("row_done")
-        builder.cbranch(builder.icmp_signed(">", k, ir.Constant(i64, 0)), loop, done)
-
-        builder.position_at_end(loop)
-        kk = builder.phi(i64)
-        kk.add_incoming(ir.Constant(i64, 0), entry)
-        acc = []
-        for _ in range(2 * count):
-            phi = builder.phi(v8)
-            phi.add_incoming(zero, entry)
-            acc.append(phi)
-        x = builder.load(builder.gep(a, [kk]), align=4)
-        x = builder.shuffle_vector(builder.insert_element(undef, x, ir.Constant(i32, 0)), undef, splat)
-        offset = builder.mul(kk, ir.Constant(i64, WIDTH))
-        summed = []
-        for g in range(count):
-            row = builder.gep(p, [builder.add(builder.mul(ir.Constant(i64, g), stride), offset)])
-            for h in (0, 1):
-                v = builder.load(builder.bitcast(builder.gep(row, [ir.Constant(i64, h * 8)]), v8.as_pointer()), align=4)
-                summed.append(builder.call(fma, [x, v, acc[2 * g + h]]))
-        nxt = builder.add(kk, ir.Constant(i64, 1))
-        body_end = builder.block
-        kk.add_incoming(nxt, body_end)
-        for phi, value in zip(acc, summed):
-            phi.add_incoming(value, body_end)
-        builder.cbranch(builder.icmp_signed("<", nxt, k), loop, done)
-
-        builder.position_at_end(done)
-        totals = []
-        for value in summed:           # (every phi first)
-            total = builder.phi(v8)
-            total.add_incoming(zero, entry)
-            total.add_incoming(value, body_end)
-            totals.append(total)
+        def step(kk, acc):
+            x = builder.load(builder.gep(a, [kk]), align=4)
+            x = builder.shuffle_vector(builder.insert_element(undef, x, ir.Constant(i32, 0)), undef, splat)
+            offset = builder.mul(kk, ir.Constant(i64, WIDTH))
+            summed = []
+            for g in range(count):
+                row = builder.gep(p, [builder.add(builder.mul(ir.Constant(i64, g), stride), offset)])
+                for h in (0, 1):
+                    v = builder.load(builder.bitcast(builder.gep(row, [ir.Constant(i64, h * 8)]), v8.as_pointer()),
+                                     align=4)
+                    summed.append(builder.call(fma, [x, v, acc[2 * g + h]]))
+            return summed
+        totals = _k_loop(builder, k, [zero] * (2 * count), step)
         for i, total in enumerate(totals):
             builder.store(total, builder.bitcast(builder.gep(c, [ir.Constant(i64, i * 8)]), v8.as_pointer()), align=4)
         return context.get_dummy_value()
