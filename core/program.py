@@ -156,6 +156,7 @@ class Program:
         prior, pg.prior = pg.prior, None   # (its contexts become this program's: taken once)
         self.sg: SymbolicGraph = infer_symbolic(pg, registry, input_dims, input_dtypes, self.services, input_values,
                                                 prior)
+        del prior   # (its values hold the constants: a weight packed below must not stay alive through it)
         sg = self.sg
         self.slot_names = list(pg.names)     # the graph's tensors, then the kernels' scratch buffers
         self.template: list = [None] * len(pg.names)

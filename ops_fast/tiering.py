@@ -24,61 +24,81 @@ import warnings
 
 from dynashape.threads import compiled_kernels_wait
 
-__all__ = ["compiled_ready", "wait_until_ready"]
+__all__ = ["BackgroundStart", "compiled_ready", "wait_until_ready", "NUMBA"]
 
-_ready = False          # numba is up: the loops may be called
-_failed = ""            # why numba could not start (the numpy paths serve)
-_started = False
-_done = threading.Event()
-_lock = threading.Lock()
 #: every session waits for numba (the first run's loops are compiled ones)
 WAIT_ALWAYS = os.environ.get("DYNASHAPE_COMPILED_WAIT", "") in ("1", "true", "on")
 
 
-def compiled_ready() -> bool:
-    """Whether a compiled kernel may call its loop now. The first call starts numba in a
-    background thread and returns False (the kernel takes its numpy path), unless the run
-    waits for the compiled kernels (then it starts numba here, or waits for the thread)."""
-    if _ready:
+class BackgroundStart:
+    """Work done once per process in a daemon thread, started by the first kernel that asks
+    whether it is done (:meth:`ready`): numba's start (:data:`NUMBA`), or loading the native
+    machine code (:mod:`.native.panels`). ``start`` raises where the work cannot be done;
+    the warning names ``what``, and the kernels keep their numpy path."""
+
+    def __init__(self, what: str, start):
+        self.what, self._work = what, start
+        self.is_ready = False
+        self.failed = ""        # why it could not be done
+        self._started = False
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+
+    def ready(self) -> bool:
+        """Whether the work is done. The first call starts it in a background thread and
+        returns False, unless the run waits for the compiled kernels (then it does the work
+        here, or waits for the thread)."""
+        if self.is_ready:
+            return True
+        if WAIT_ALWAYS or compiled_kernels_wait():
+            return self.wait()
+        self._start()
+        return False
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Start the work now if nothing has, and wait until it is done; True when it is."""
+        if not self._start(in_background=False):
+            self._done.wait(timeout)
+        return self.is_ready
+
+    def _start(self, in_background: bool = True) -> bool:
+        """Start once (in a daemon thread, or here); True when this call did it here."""
+        with self._lock:
+            if self._started:
+                return False
+            self._started = True
+        if in_background:
+            threading.Thread(target=self._run, name=f"dynashape-{self.what.split()[0]}", daemon=True).start()
+            return False
+        self._run()
         return True
-    if WAIT_ALWAYS or compiled_kernels_wait():
-        wait_until_ready()
-        return _ready
-    _start()
-    return False
+
+    def _run(self) -> None:
+        try:
+            self._work()
+            self.is_ready = True
+        except Exception as exc:  # noqa: BLE001 - cannot be done: the numpy kernels serve
+            self.failed = f"{type(exc).__name__}: {exc}"
+            warnings.warn(f"dynashape: {self.what} could not start ({self.failed}); the compiled kernels run "
+                          "their numpy path", RuntimeWarning, stacklevel=2)
+        finally:
+            self._done.set()
+
+
+def _start_numba() -> None:
+    from .loops import common
+    common.warm_up(1)     # LLVM's JIT and numba's cache machinery, on a function of its own
+
+
+#: numba's start in this process
+NUMBA = BackgroundStart("numba", _start_numba)
+
+
+def compiled_ready() -> bool:
+    """Whether a compiled kernel may call its numba loop now (:meth:`BackgroundStart.ready`)."""
+    return NUMBA.is_ready or NUMBA.ready()
 
 
 def wait_until_ready(timeout: float | None = None) -> bool:
     """Start numba now if nothing has, and wait until it is up; True when it is."""
-    if _start(in_background=False):
-        return _ready
-    _done.wait(timeout)
-    return _ready
-
-
-def _start(in_background: bool = True) -> bool:
-    """Start numba once (in a daemon thread, or here); True when this call did it here."""
-    global _started
-    with _lock:
-        if _started:
-            return False
-        _started = True
-    if in_background:
-        threading.Thread(target=_start_numba, name="dynashape-numba", daemon=True).start()
-        return False
-    _start_numba()
-    return True
-
-
-def _start_numba() -> None:
-    global _ready, _failed
-    try:
-        from .loops import common
-        common.warm_up(1)     # LLVM's JIT and numba's cache machinery, on a function of its own
-        _ready = True
-    except Exception as exc:  # noqa: BLE001 - numba cannot start: the numpy kernels serve
-        _failed = f"{type(exc).__name__}: {exc}"
-        warnings.warn(f"dynashape: numba could not start ({_failed}); the compiled kernels run their numpy path",
-                      RuntimeWarning, stacklevel=2)
-    finally:
-        _done.set()
+    return NUMBA.wait(timeout)

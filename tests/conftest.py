@@ -357,11 +357,11 @@ def onednn_blocks_weights(k: int = 768, n: int = 2304) -> bool:
     """Whether oneDNN packs a (k, n) float32 MatMul weight into blocks on this CPU (AVX-512
     CPUs: 16-row x 64-column blocks, which one row streams through the numba loop,
     ``ops_fast/onednn/gemm.py``); on AVX2-only CPUs it keeps the plain row-major layout and
-    the GEMMs run the compiled column-panel loop (or, without numba, the primitive and BLAS)."""
+    the GEMMs run the native column-panel loop (or, where it cannot run, the primitive and BLAS)."""
     from dynashape.ops_fast.onednn import gemm
 
     packed = gemm.PackedGemm(np.zeros((k, n), np.float32), None, ())
-    if packed.weights is None:      # (column panels for the compiled loop: a row-major choice)
+    if packed.weights is None:      # (column panels for the native loop: a row-major choice)
         return False
     blocking = packed.weights.layouts[0][0].blocking()
     return blocking is not None and bool(blocking.inner_blks)

@@ -13,12 +13,13 @@
   no second pass over the output.
 * **Column panels where oneDNN has no blocked layout.** On an AVX2-only CPU oneDNN keeps the
   weight row-major and its float32 matmul is a jit SGEMM that packs B again on every call.
-  There, with numba, the weight is packed once in 16-column panels (:func:`_pack_panels`,
-  replacing the initializer) and every row count runs the compiled tile loop
-  :mod:`..loops.panels` (registers hold a 6 x 16 tile; MLAS's approach), then the bias and
-  the activation (the post-op's eltwise primitive) in place. Without numba, up to
-  :data:`BLAS_ROWS` rows at one intra-op thread run numpy's BLAS on a view of oneDNN's
-  row-major memory, more rows the primitive.
+  There, where the native loop runs (x86-64 Linux with AVX2 and FMA, llvmlite installed:
+  :func:`..native.panels.supported`), the weight is packed once in 16-column panels
+  (:func:`_pack_panels`, replacing the initializer) and every row count runs the native
+  tile loop :mod:`..native.panels` (registers hold a 6 x 16 tile; MLAS's approach; no numba
+  in the process), then the bias and the activation (the post-op's eltwise primitive) in
+  place. Elsewhere, up to :data:`BLAS_ROWS` rows at one intra-op thread run numpy's BLAS on
+  a view of oneDNN's row-major memory, more rows the primitive.
 * Primitives are made per row count (and thread count) on first use, a few hundred
   microseconds each, and kept with the packed weight; nodes of equal shapes and post-ops
   (a transformer's blocks), in any session of the process, share one (``api.shared``).
@@ -30,6 +31,7 @@ priority. Source: ONNX MatMul-13 / Gemm-13; oneDNN's matmul primitive
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Optional
 
 import numpy as np
@@ -40,12 +42,12 @@ from dynashape.weight_arena import aligned_empty
 
 from .. import AVAILABLE as NUMBA_AVAILABLE
 from ..common import lazy_import
+from ..native import panels as native_panels
 from ..tiering import compiled_ready
 from . import api
 
-#: the one-row loop and the column-panel GEMM (numba), where numba is installed and usable
+#: the one-row loop (numba), where numba is installed and usable
 gemv = lazy_import("..loops.gemv", __package__) if NUMBA_AVAILABLE else None
-panel_loops = lazy_import("..loops.panels", __package__) if NUMBA_AVAILABLE else None
 
 lib = OpLibrary()
 
@@ -115,7 +117,8 @@ class PackedGemm:
 
     ``post_ops``: eltwise post-ops only (:func:`eltwise_post_ops`), so a single row's
     activation can run as the same eltwise primitive after the numba loop. ``panels``: the
-    weight may go into column panels where oneDNN has no blocked layout (:func:`panels_pay`).
+    weight goes into column panels where oneDNN has no blocked layout and the native loop
+    runs (:func:`panels_supported`).
 
     A small weight (at most :data:`KEEP_PLAIN_BYTES`) without an activation numpy would
     compute in several passes is kept as it is too: a product of fewer than
@@ -125,7 +128,7 @@ class PackedGemm:
 
     opaque_to_tracing = True
     __slots__ = ("k", "n", "weights", "panels", "bias", "post_ops", "plain", "epilogue", "slabs", "row_major",
-                 "blas_rows", "_primitives", "__weakref__")
+                 "blas_rows", "_address", "_primitives", "__weakref__")
 
     def __init__(self, weight: np.ndarray, bias: Optional[np.ndarray], post_ops: tuple,
                  epilogue: Optional[fusions.Epilogue] = None, allocate=None, panels: bool = True):
@@ -141,11 +144,13 @@ class PackedGemm:
         probe = self._make(64, self.k, 1, api.MemoryDesc((self.k, self.n), tag=api.ANY))
         chosen = _padded(probe.mds[1])
         self.weights = self.panels = self.row_major = None
+        self._address = 0
         self.blas_rows = 0
-        if panels and panel_loops is not None and _row_major_layout(chosen):
+        if panels and panels_supported() and _row_major_layout(chosen):
             # no blocked layout (an AVX2-only CPU: oneDNN's matmul would be a jit SGEMM packing B
-            # on every call): the weight in column panels, for the compiled loop, at every row count
+            # on every call): the weight in column panels, for the native loop, at every row count
             self.panels = _pack_panels(np.asarray(weight, dtype=F32), allocate)
+            self._address = self.panels.ctypes.data
             self.plain = self.slabs = None     # (the streaming loop reads 16-wide panels at half its speed)
             return
         self.weights = api.PackedWeights(api.MemoryDesc((self.k, self.n), strides=(self.n, 1)),
@@ -203,16 +208,15 @@ class PackedGemm:
             api.eltwise(y, y, algorithm, alpha, beta)
 
     def _run_panels(self, a2: np.ndarray, y2: np.ndarray) -> None:
-        """The weight in column panels: every row count through the panel GEMM (numpy's
-        batched matmul over the panels until the compiled loops are ready), then the bias and
-        the activation."""
+        """The weight in column panels: every row count through the native panel GEMM
+        (numpy's batched matmul over the panels until it is loaded), then the bias and the
+        activation."""
         if a2.strides[1] != F32.itemsize:
             a2 = np.ascontiguousarray(a2)
-        if not compiled_ready():
-            _panels_matmul(a2, self.panels, y2)
+        if native_panels.ready():
+            native_panels.panel_gemm(a2, self.panels, y2, self._address)
         else:
-            scratch = np.empty((a2.shape[0] if self.n % panel_loops.WIDTH else 0, panel_loops.WIDTH), F32)
-            panel_loops.panel_gemm.run(self.panels.shape[0], a2, self.panels, y2, scratch)
+            _panels_matmul(a2, self.panels, y2)
         self._row_epilogue(y2)
 
     def run(self, a2: np.ndarray, y2: np.ndarray, a=None, y=None) -> None:
@@ -347,11 +351,17 @@ GEMM_OPS = ("MatMul", "Gemm", "FusedMatMul")
 CONV_OPS = ("Conv", "FusedConv", "NhwcConv", "ConvTranspose")
 
 
+@lru_cache(maxsize=1)
+def panels_supported() -> bool:
+    """Whether the native column-panel loop runs in this process (:func:`..native.panels.supported`)."""
+    return native_panels.supported()
+
+
 def panels_pay(ctx) -> bool:
-    """Whether the node's weight goes into column panels (an AVX2-only CPU; the compiled loop
-    loads numba, ~85 MB resident): where the model's GEMM weights weigh at least its
-    convolution weights (a transformer, an MLP), not where a CNN's classifier head is its
-    only GEMM (mobilenet_v3_large's two: no faster, and 145 -> 265 MB peak RSS)."""
+    """Whether the node's weight goes into column panels (an AVX2-only CPU): where the model's
+    GEMM weights weigh at least its convolution weights (a transformer, an MLP), not where a
+    CNN's classifier head is its only GEMM (mobilenet_v3_large's two: no faster; with the
+    panels' loop then in numba, 145 -> 265 MB peak RSS)."""
     s = ctx.services
     return s is None or s.constant_bytes(GEMM_OPS) >= s.constant_bytes(CONV_OPS)
 

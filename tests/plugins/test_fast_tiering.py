@@ -35,7 +35,7 @@ _SCRIPT = textwrap.dedent("""
     t0 = time.perf_counter()
     first = s.run(None, {"x": feed})[0]
     first_ms = (time.perf_counter() - t0) * 1e3
-    ready_after_first = tiering._ready
+    ready_after_first = tiering.NUMBA.is_ready
     assert tiering.wait_until_ready(60)
     calls = []
     real = fast_softmax.loops.sub_row_max

@@ -93,9 +93,9 @@ def test_a_row_major_weight_with_rows_2_kib_apart_is_padded(n, monkeypatch):
     """Where oneDNN keeps the weight row-major (AVX2-only CPUs), rows a multiple of 2 KiB
     apart (512 floats) get 16 floats of padding each (gemm.PLAIN_ROW_PAD: they would share
     cache sets); 520-float rows stay as they are; the products are the same at every row count.
-    (The layout of the primitive: with numba, an AVX2 CPU packs column panels instead.)"""
+    (The layout of the primitive: where the native loop runs, an AVX2 CPU packs column panels instead.)"""
     from dynashape.ops_fast.onednn import gemm
-    monkeypatch.setattr(gemm, "panel_loops", None)
+    monkeypatch.setattr(gemm, "panels_supported", lambda: False)
     w = _rand(96, n)
     m = _model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", ["a", 96])], [("w", w)])
     sess = _check(m, [{"x": _rand(a, 96)} for a in (64, 1, 300, 7)], ops={"MatMul"})
@@ -106,10 +106,12 @@ def test_a_row_major_weight_with_rows_2_kib_apart_is_padded(n, monkeypatch):
 
 
 def _force_panels(monkeypatch):
-    """Column panels for every weight (as an AVX2-only CPU chooses), so every CPU runs them."""
+    """Column panels for every weight (as an AVX2-only CPU chooses), so every CPU that can
+    run the native loop runs them; the loop loaded (not numpy's stand-in)."""
     from dynashape.ops_fast.onednn import gemm
-    if gemm.panel_loops is None:
-        pytest.skip("numba is not installed")
+    if not gemm.panels_supported():
+        pytest.skip("the native panel loop needs x86-64 Linux with AVX2 and FMA, and llvmlite")
+    assert gemm.native_panels.wait_until_ready(300), gemm.native_panels._LOADING.failed
     monkeypatch.setattr(gemm, "_row_major_layout", lambda md: True)
     return gemm
 
@@ -117,11 +119,15 @@ def _force_panels(monkeypatch):
 @THREADS
 @pytest.mark.parametrize("k,n", [(67, 129), (1, 4096), (300, 16), (5000, 3), (768, 2304)])
 @pytest.mark.parametrize("epilogue", [None, "bias", "Gelu"])
-def test_a_weight_in_column_panels_runs_the_compiled_loop_at_every_row_count(k, n, epilogue, threads, monkeypatch):
+def test_a_weight_in_column_panels_runs_the_native_loop_at_every_row_count(k, n, epilogue, threads, monkeypatch):
     """A weight packed in 16-column panels (the last one zero-padded), replacing the
-    initializer, runs the compiled tile loop at every row count (tiles of 6, 4, 2 and 1 rows,
-    the partial last panel through scratch), then the bias and the activation; 0 rows too."""
+    initializer, runs the native tile loop at every row count (tiles of 6, 4, 2 and 1 rows,
+    the partial last panel through scratch, the panels split over the threads), then the bias
+    and the activation; 0 rows too."""
     gemm = _force_panels(monkeypatch)
+    calls = []
+    real = gemm.native_panels.panel_gemm
+    monkeypatch.setattr(gemm.native_panels, "panel_gemm", lambda *a: calls.append(a[0].shape) or real(*a))
     nodes = [helper.make_node("MatMul", ["x", "w"], ["h" if epilogue else "y"])]
     inits = [("w", _rand(k, n, scale=k ** -0.5))]
     if epilogue:
@@ -137,14 +143,14 @@ def test_a_weight_in_column_panels_runs_the_compiled_loop_at_every_row_count(k, 
     assert sess.graph.packed_away, "the panels replace the initializer"
     if n % 16:
         assert not packed.panels[-1, :, n % 16:].any()
-    assert gemm.panel_loops.panel_gemm.serial.signatures, "the compiled loop ran"
+    assert calls, "the native loop ran"
 
 
 def test_a_cnns_classifier_head_keeps_onednns_primitive_and_numba_unloaded(monkeypatch):
     """Column panels only where the model's GEMM weights weigh at least its convolution
     weights (gemm.panels_pay, through ctx.services.constant_bytes): a CNN's classifier Gemm
-    keeps oneDNN's row-major primitive (the panels' loop would load numba, ~85 MB, for a node
-    that is a sliver of the run); the same Gemm alone takes the panels."""
+    keeps oneDNN's row-major primitive (the panels measured no faster on a node that is a
+    sliver of the run); the same Gemm alone takes the panels."""
     _force_panels(monkeypatch)
     c = 64
     head = [helper.make_node("GlobalAveragePool", ["r"], ["p"]), helper.make_node("Flatten", ["p"], ["f"]),
@@ -167,7 +173,7 @@ def test_every_row_and_column_of_a_panel_product_rounds_alike(monkeypatch):
     """Each output element is one fused multiply-add chain over k in order, whatever tile or
     panel computes it: equal rows of A give bit-identical output rows (ONNX's light_squeezenet
     needs that of its convs) and equal columns of W bit-identical output columns; one row
-    (several panels at once: loops.panels.ROW_PANELS) sums the same chain."""
+    (several panels at once: native.panels.ROW_PANELS) sums the same chain."""
     gemm = _force_panels(monkeypatch)
     k, n, m = 200, 16 * 13 + 5, 17          # one row: two groups of six panels, then tiles
     row, col = _rand(k), _rand(k)
@@ -184,11 +190,11 @@ def test_every_row_and_column_of_a_panel_product_rounds_alike(monkeypatch):
     assert y[0, 0] == chain
 
 
-def test_before_the_compiled_loops_are_ready_the_panels_run_numpy(monkeypatch):
-    """The first calls of a process, while numba compiles in the background: numpy's batched
-    matmul over the panels, the same product."""
+def test_before_the_native_loop_is_loaded_the_panels_run_numpy(monkeypatch):
+    """The first calls of a process, while the native loop loads (or builds) in the
+    background: numpy's batched matmul over the panels, the same product."""
     gemm = _force_panels(monkeypatch)
-    monkeypatch.setattr(gemm, "compiled_ready", lambda: False)
+    monkeypatch.setattr(gemm.native_panels, "ready", lambda: False)
     k, n = 70, 45
     w, b = _rand(k, n), _rand(n)
     packed = gemm.PackedGemm(w, b, (("eltwise", "relu", 0.0, 0.0),))
@@ -202,14 +208,14 @@ def test_before_the_compiled_loops_are_ready_the_panels_run_numpy(monkeypatch):
 @pytest.mark.parametrize("activation", [None, "Gelu"])
 def test_few_rows_against_a_row_major_packed_weight_run_blas_on_its_memory(activation, threads, monkeypatch):
     """Where oneDNN keeps a weight row-major (AVX2-only CPUs; forced here, so every CPU runs
-    it) and numba is missing (no column panels), up to gemm.BLAS_ROWS rows at one thread run
+    it) and the native loop cannot run (no column panels), up to gemm.BLAS_ROWS rows at one thread run
     numpy's matmul on a view of the packed memory (no copy), then the bias and the
     activation; more rows, or more threads (OpenBLAS's would wait on oneDNN's spinning OpenMP
     workers), take oneDNN's primitive. Every row count agrees with ONNX Runtime and the numpy
     kernels."""
     from dynashape.ops_fast.onednn import gemm
     monkeypatch.setattr(gemm, "_padded", lambda md: api.MemoryDesc(md.dims, strides=(md.dims[1] + 16, 1)))
-    monkeypatch.setattr(gemm, "panel_loops", None)     # (without numba: else column panels)
+    monkeypatch.setattr(gemm, "panels_supported", lambda: False)     # (else column panels)
     k, n = 512, 520                   # 1.06 MB: at least BLAS_MIN_BYTES
     added = "y" if activation is None else "a"
     nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], [added])]
@@ -275,9 +281,9 @@ def test_nodes_of_equal_shapes_share_their_primitives_and_keep_their_own_values(
     """A transformer's blocks repeat their shapes: equal GEMMs, LayerNorms and attention cores
     share one primitive per shape in the process (api.shared), a second session's too, and each
     node still multiplies by its own weight, at every row count, in any order. (The GEMMs'
-    primitives: with numba, an AVX2 CPU packs column panels for the compiled loop instead.)"""
+    primitives: an AVX2 CPU packs column panels for the native loop instead.)"""
     from dynashape.ops_fast.onednn import gemm
-    monkeypatch.setattr(gemm, "panel_loops", None)
+    monkeypatch.setattr(gemm, "panels_supported", lambda: False)
     k = n = 256    # 40 rows: enough work for oneDNN's primitive (gemm.MIN_WORK)
     nodes, weights, inits, x = [], [], [], "x"
     for i in range(3):
@@ -758,8 +764,9 @@ print(json.dumps({"numba": "numba" in sys.modules, "llvmlite": "llvmlite" in sys
 
 def test_a_transformer_block_runs_without_loading_numba(tmp_path):
     """The GEMMs, LayerNormalization and the attention core take oneDNN kernels: numba (and
-    llvmlite's ~100 MB) is never loaded, where oneDNN packs the weights into blocks (AVX-512).
-    On an AVX2-only CPU the GEMMs run the compiled column-panel loop, which loads numba."""
+    llvmlite's ~100 MB) is never loaded: where oneDNN packs the weights into blocks (AVX-512),
+    and on an AVX2-only CPU too, whose GEMMs run the native column-panel loop (machine code
+    mapped without LLVM: ops_fast/native)."""
     import json
     import subprocess
     import sys
@@ -776,8 +783,7 @@ def test_a_transformer_block_runs_without_loading_numba(tmp_path):
     path.write_bytes(_model(nodes, [("x", ["b", "s", h])], inits).SerializeToString())
     out = subprocess.run([sys.executable, "-c", _TRANSFORMER_WITHOUT_NUMBA, str(path)], capture_output=True,
                          text=True, check=True)
-    compiled = not onednn_blocks_weights(h, h)
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"numba": compiled, "llvmlite": compiled, "fast": []}
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"numba": False, "llvmlite": False, "fast": []}
 
 
 def test_a_batch_norm_after_an_activation_runs_channels_last():
