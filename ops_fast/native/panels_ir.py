@@ -35,7 +35,9 @@ from contextlib import contextmanager
 
 from llvmlite import ir
 
-from .panels import K_BLOCK, MAX_ROWS, PARALLEL_ARGS, ROW_PANELS, WIDTH
+from .panels import FUNCTIONS, K_BLOCK, MAX_ROWS, PARALLEL_ARGS, ROW_PANELS, WIDTH
+
+__all__ = ["FUNCTIONS", "module"]   # (FUNCTIONS: what the build exports, read by .build)
 
 F32, I32, I64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
 V8 = ir.VectorType(F32, 8)
