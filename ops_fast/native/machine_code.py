@@ -27,6 +27,7 @@ import hashlib
 import json
 import mmap
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -73,19 +74,30 @@ def cache_key(ir_module: str, depends=()) -> str:
 
 
 def compile_object(ir_text: str) -> bytes:
-    """The ELF object of an IR module for :data:`TARGET`, optimised at -O3 (needs llvmlite's
-    LLVM: the child process of :mod:`.build` calls this)."""
+    """The ELF object of an IR module for :data:`TARGET`, optimised at -O3, every function
+    without builtins (LLVM makes no library calls of its own); needs llvmlite's LLVM: the
+    child process of :mod:`.build` calls this."""
     import llvmlite.binding as ll
+    legacy = not hasattr(ll, "create_pass_builder")     # llvmlite < 0.44: the legacy pass manager
+    if legacy:
+        ll.initialize()
     ll.initialize_native_target()
     ll.initialize_native_asmprinter()
     triple, cpu, features = TARGET
     machine = ll.Target.from_triple(triple).create_target_machine(cpu=cpu, features=features, opt=3, reloc="pic",
                                                                    codemodel="small")
-    mod = ll.parse_assembly(ir_text)
+    # no-builtins: LLVM may not turn a loop into a call of memset / memcpy (a relocation)
+    mod = ll.parse_assembly(re.sub(r"^(define [^{]*)\{", r'\1"no-builtins" {', ir_text, flags=re.M))
     mod.triple, mod.data_layout = triple, str(machine.target_data)
     mod.verify()
-    builder = ll.create_pass_builder(machine, ll.create_pipeline_tuning_options(speed_level=3))
-    builder.getModulePassManager().run(mod, builder)
+    if legacy:
+        passes, manager = ll.PassManagerBuilder(), ll.ModulePassManager()
+        passes.opt_level = 3
+        passes.populate(manager)
+        manager.run(mod)
+    else:
+        builder = ll.create_pass_builder(machine, ll.create_pipeline_tuning_options(speed_level=3))
+        builder.getModulePassManager().run(mod, builder)
     return machine.emit_object(mod)
 
 
