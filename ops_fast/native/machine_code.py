@@ -186,7 +186,7 @@ def load(code: bytes, offsets: dict) -> dict:
 
 def built_functions(ir_module: str, names, depends=(), timeout: float = 300.0) -> dict:
     """``{name: address}`` of the functions ``names`` that ``module()`` of the module named
-    ``ir_module`` builds: from the cache entry (:func:`cache_key`), else built by a child
+    ``ir_module`` (one of this package) builds: from the cache entry (:func:`cache_key`), else built by a child
     process (``python -m dynashape.ops_fast.native.build``) and cached. Raises
     ``RuntimeError`` when the build fails (its stderr in the message), ``OSError`` when the
     code cannot be mapped executable."""
@@ -198,8 +198,8 @@ def built_functions(ir_module: str, names, depends=(), timeout: float = 300.0) -
         path = folder / f"{key}.bin"
         entry = read_entry(path)
         if entry is None:
-            done = subprocess.run([sys.executable, "-m", "dynashape.ops_fast.native.build", ir_module, str(path)],
-                                  capture_output=True, text=True, timeout=timeout)
+            done = subprocess.run([sys.executable, "-m", f"{__package__}.build", ir_module.rsplit(".", 1)[-1],
+                                   str(path)], capture_output=True, text=True, timeout=timeout)
             entry = read_entry(path)
             if done.returncode != 0 or entry is None:
                 raise RuntimeError(f"building {ir_module} failed: {done.stderr.strip()[-2000:]}")
