@@ -15,6 +15,9 @@ compare each loop with the numpy kernel), not bit for bit; a session created wit
 ``wait_for_compiled_kernels=True``, or ``DYNASHAPE_COMPILED_WAIT=1`` for every session,
 waits for numba instead (its runs take the loop from the first), for users who need
 bit-identical results from run to run.
+
+:class:`BackgroundStart` is that once-per-process background start, shared by numba's
+(:data:`NUMBA`) and the native panel GEMM's loading (:mod:`.native.panels`).
 """
 from __future__ import annotations
 

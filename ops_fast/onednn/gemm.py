@@ -280,7 +280,7 @@ def _row_major_layout(md: api.MemoryDesc) -> bool:
 
 
 def _pack_panels(weight: np.ndarray, allocate=None) -> np.ndarray:
-    """``weight (K, N)`` as column panels ``(ceil(N / 16), K, 16)`` (:mod:`..loops.panels`),
+    """``weight (K, N)`` as column panels ``(ceil(N / 16), K, 16)`` (:mod:`..native.panels`),
     the last one zero-padded, in memory from ``allocate(nbytes)`` (the weight arena) or its own."""
     k, n = weight.shape
     width = 16
