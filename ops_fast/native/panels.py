@@ -21,14 +21,19 @@ from dynashape.threads import intra_op_threads
 
 from ..tiering import BackgroundStart
 
-__all__ = ["WIDTH", "MAX_ROWS", "K_BLOCK", "ROW_PANELS", "supported", "ready", "wait_until_ready", "panel_gemm"]
+__all__ = ["WIDTH", "MAX_ROWS", "K_BLOCK", "M_BLOCK", "ROW_PANELS", "supported", "ready", "wait_until_ready",
+           "panel_gemm"]
 
 #: columns of a panel (two AVX vectors of float32)
 WIDTH = 16
 #: rows of the largest tile (2 x 6 accumulators, 2 panel vectors and a broadcast: 15 registers)
 MAX_ROWS = 6
-#: rows of a panel one pass over the row tiles reads (16 KiB: it stays in L1 for every tile)
-K_BLOCK = 256
+#: rows of a panel one pass over a block's row tiles reads (32 KiB: it stays in L1 for every tile)
+K_BLOCK = 512
+#: rows of A in a block that every panel reads before the next block starts: A is read from
+#: memory once per block, not once per panel (one thread on a Zen 3, 1024-1500 rows: 0.82-0.96
+#: of the time of one block of all rows; 128 rows and fewer are one block, as before)
+M_BLOCK = 192
 #: panels one row (a decode step) reads at once: as many weight streams (bound by memory)
 ROW_PANELS = 6
 #: the native functions and their argument counts (every argument an int64)

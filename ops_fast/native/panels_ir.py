@@ -15,9 +15,10 @@ Three exported functions (C calling convention, every argument an ``i64``, addre
 integers, strides in floats):
 
 * ``dyn_panels(a, lda, panels, k, c, ldc, m, q0, q1)``: panels ``q0 .. q1 - 1`` in full
-  (their 16 columns of C each; ``c`` is the address of panel q0's first column), K in blocks
-  of K_BLOCK rows (a block of a panel stays in L1 while every row tile reads it), row tiles
-  of 6, then 4, 2 and 1 rows.
+  (their 16 columns of C each; ``c`` is the address of panel q0's first column), the rows in
+  blocks of M_BLOCK (A is read from memory once per block, not once per panel), K in blocks of
+  K_BLOCK rows (a block of a panel stays in L1 while the block's row tiles read it), row
+  tiles of 6, then 4, 2 and 1 rows.
 * ``dyn_row_panels(a, panels, k, c, g0, g1)``: one row, ROW_PANELS panels at a time (groups
   ``g0 .. g1 - 1``; ``c`` is the address of group g0's first column): as many weight
   streams, the product is bound by memory (768 x 2304 on a Zen 3: one panel at a time
@@ -35,7 +36,7 @@ from contextlib import contextmanager
 
 from llvmlite import ir
 
-from .panels import FUNCTIONS, K_BLOCK, MAX_ROWS, PARALLEL_ARGS, ROW_PANELS, WIDTH
+from .panels import FUNCTIONS, K_BLOCK, M_BLOCK, MAX_ROWS, PARALLEL_ARGS, ROW_PANELS, WIDTH
 
 __all__ = ["FUNCTIONS", "module"]   # (FUNCTIONS: what the build exports, read by .build)
 
@@ -188,33 +189,48 @@ def _counting(builder: ir.IRBuilder, start, stop, step: int):
 
 
 def _panels_function(mod: ir.Module, tiles: dict) -> ir.Function:
+    """``dyn_panels``: the rows of A in blocks of M_BLOCK, in each the panels, in each K in
+    blocks of K_BLOCK rows, in each the row tiles of the block (the panel's K block stays in L1
+    while they read it; the block's tile of C stays in L1 from one K block to the next)."""
     fn, b = _function(mod, "panels", 9)
     a, lda, panels, k, c, ldc, m, q0, q1 = fn.args
     const = lambda v: ir.Constant(I64, v)  # noqa: E731
-    with _counting(b, q0, q1, 1) as q:
-        pc = b.add(c, b.mul(b.sub(q, q0), const(WIDTH * 4)))
-        panel = b.add(panels, b.mul(b.mul(q, k), const(WIDTH * 4)))
-        with _counting(b, const(0), k, K_BLOCK) as k0:
-            depth = b.select(b.icmp_signed("<", b.sub(k, k0), const(K_BLOCK)), b.sub(k, k0), const(K_BLOCK))
-            pp = b.add(panel, b.mul(k0, const(WIDTH * 4)))
-            more = b.zext(b.icmp_signed(">", k0, const(0)), I64)
-            pa = b.add(a, b.mul(k0, const(4)))
 
-            def call(rows: int, r0):
-                ar = b.add(pa, b.mul(b.mul(r0, lda), const(4)))
-                cr = b.add(pc, b.mul(b.mul(r0, ldc), const(4)))
-                b.call(tiles[rows], [ar, lda, pp, depth, cr, ldc, more])
+    def smaller(x, y):
+        return b.select(b.icmp_signed("<", x, y), x, y)
 
-            full = b.mul(b.sdiv(m, const(MAX_ROWS)), const(MAX_ROWS))
-            with _counting(b, const(0), full, MAX_ROWS) as r0:
-                call(MAX_ROWS, r0)
-            r0 = full
-            for rows in (4, 2, 1):      # the remainder (0-5 rows): 4, 2 and 1 rows, each at most once
-                with b.if_then(b.icmp_signed(">=", b.sub(m, r0), const(rows))):
-                    call(rows, r0)
-                r0 = b.select(b.icmp_signed(">=", b.sub(m, r0), const(rows)), b.add(r0, const(rows)), r0)
+    with _counting(b, const(0), m, M_BLOCK) as m0:
+        rows = smaller(b.sub(m, m0), const(M_BLOCK))
+        with _counting(b, q0, q1, 1) as q:
+            pc = b.add(c, b.mul(b.add(b.mul(m0, ldc), b.mul(b.sub(q, q0), const(WIDTH))), const(4)))
+            with _counting(b, const(0), k, K_BLOCK) as k0:
+                depth = smaller(b.sub(k, k0), const(K_BLOCK))
+                more = b.zext(b.icmp_signed(">", k0, const(0)), I64)
+                pa = b.add(a, b.mul(b.add(b.mul(m0, lda), k0), const(4)))
+                pp = b.add(panels, b.mul(b.add(b.mul(q, k), k0), const(WIDTH * 4)))
+                _row_tiles(b, tiles, pa, lda, pp, depth, pc, ldc, more, rows)
     b.ret_void()
     return fn
+
+
+def _row_tiles(b: ir.IRBuilder, tiles: dict, pa, lda, pp, depth, pc, ldc, more, m) -> None:
+    """The tiles of ``m`` rows against one panel's K block: MAX_ROWS rows at a time, then the
+    remainder (0-5 rows) as 4, 2 and 1 rows, each at most once."""
+    const = lambda v: ir.Constant(I64, v)  # noqa: E731
+
+    def call(rows: int, r0):
+        ar = b.add(pa, b.mul(b.mul(r0, lda), const(4)))
+        cr = b.add(pc, b.mul(b.mul(r0, ldc), const(4)))
+        b.call(tiles[rows], [ar, lda, pp, depth, cr, ldc, more])
+
+    full = b.mul(b.sdiv(m, const(MAX_ROWS)), const(MAX_ROWS))
+    with _counting(b, const(0), full, MAX_ROWS) as r0:
+        call(MAX_ROWS, r0)
+    r0 = full
+    for rows in (4, 2, 1):
+        with b.if_then(b.icmp_signed(">=", b.sub(m, r0), const(rows))):
+            call(rows, r0)
+        r0 = b.select(b.icmp_signed(">=", b.sub(m, r0), const(rows)), b.add(r0, const(rows)), r0)
 
 
 def _row_panels_function(mod: ir.Module, fma) -> ir.Function:

@@ -122,8 +122,8 @@ def _force_panels(monkeypatch):
 def test_a_weight_in_column_panels_runs_the_native_loop_at_every_row_count(k, n, epilogue, threads, monkeypatch):
     """A weight packed in 16-column panels (the last one zero-padded), replacing the
     initializer, runs the native tile loop at every row count (tiles of 6, 4, 2 and 1 rows,
-    the partial last panel through scratch, the panels split over the threads), then the bias
-    and the activation; 0 rows too."""
+    row blocks of M_BLOCK and a partial last one, the partial last panel through scratch, the
+    panels split over the threads), then the bias and the activation; 0 rows too."""
     gemm = _force_panels(monkeypatch)
     calls = []
     real = gemm.native_panels.panel_gemm
@@ -136,7 +136,8 @@ def test_a_weight_in_column_panels_runs_the_native_loop_at_every_row_count(k, n,
     if epilogue == "Gelu":
         nodes.append(helper.make_node("Gelu", ["a"], ["y"]))
     m = _model(nodes, [("x", ["a", "b", k])], inits, opset=20)
-    feeds = [{"x": _rand(a, b, k)} for a, b in ((1, 1), (1, 5), (2, 7), (1, 16), (0, 3), (3, 11), (1, 1))]
+    blocks = (1, 2 * gemm.native_panels.M_BLOCK + 17)
+    feeds = [{"x": _rand(a, b, k)} for a, b in ((1, 1), (1, 5), (2, 7), (1, 16), (0, 3), (3, 11), blocks, (1, 1))]
     sess = _check(m, feeds, ops={"FusedMatMul" if epilogue else "MatMul"}, threads=threads)
     (packed,) = [st.prepacked for st in sess.program.steps if st.prepacked is not None]
     assert packed.weights is None and packed.panels.shape == (-(-n // 16), k, 16)
