@@ -19,6 +19,7 @@ import numpy as np
 
 from dynashape.threads import intra_op_threads
 
+from ..common import address as data_address
 from ..tiering import BackgroundStart
 
 __all__ = ["WIDTH", "MAX_ROWS", "K_BLOCK", "M_BLOCK", "ROW_PANELS", "supported", "ready", "wait_until_ready",
@@ -103,7 +104,7 @@ def panel_gemm(a: np.ndarray, panels: np.ndarray, c: np.ndarray, address: int = 
         return
     full = n // WIDTH
     lda, ldc = a.strides[0] // 4, c.strides[0] // 4
-    pa, pp, pc = a.ctypes.data, address or panels.ctypes.data, c.ctypes.data
+    pa, pp, pc = data_address(a), address or panels.ctypes.data, data_address(c)
     groups = (full // ROW_PANELS) if m == 1 else 0
     first = groups * ROW_PANELS
     threads = min(intra_op_threads(), full - first + groups)

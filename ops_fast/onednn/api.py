@@ -36,6 +36,8 @@ from typing import NamedTuple, Optional, Sequence
 from dynashape.threads import intra_op_threads
 from dynashape.weight_arena import aligned_empty
 
+from ..common import address
+
 __all__ = ["OneDNNError", "UNIMPLEMENTED", "library", "unavailable_reason", "MemoryDesc", "Primitive",
            "PackedWeights", "make_reorder", "reorder", "post_ops_attr", "set_threads", "F32", "ANY", "dims_of"]
 
@@ -371,7 +373,7 @@ class Primitive:
             ref = entry[0]
             if ref is not None and ref() is v:
                 continue
-            pointer = v.ctypes.data
+            pointer = address(v)
             entry[0] = weakref.ref(v)
             if entry[1] != pointer:
                 set_handle(handles[k], pointer)
