@@ -190,8 +190,8 @@ def _counting(builder: ir.IRBuilder, start, stop, step: int):
 
 def _panels_function(mod: ir.Module, tiles: dict) -> ir.Function:
     """``dyn_panels``: the rows of A in blocks of M_BLOCK, in each the panels, in each K in
-    blocks of K_BLOCK rows, in each the row tiles of the block (the panel's K block stays in L1
-    while they read it; the block's tile of C stays in L1 from one K block to the next)."""
+    blocks of K_BLOCK rows, in each the row tiles of the block (the panel's K block stays in cache
+    while they read it, and the block's 16 columns of C from one K block to the next)."""
     fn, b = _function(mod, "panels", 9)
     a, lda, panels, k, c, ldc, m, q0, q1 = fn.args
     const = lambda v: ir.Constant(I64, v)  # noqa: E731
