@@ -75,6 +75,10 @@ def _exported(mod: ir.Module, body: ir.Function) -> None:
     b.ret_void()
 
 
+def _i64(value: int) -> ir.Constant:
+    return ir.Constant(I64, value)
+
+
 def _floats(builder: ir.IRBuilder, address) -> ir.Value:
     return builder.inttoptr(address, F32.as_pointer())
 
@@ -194,20 +198,19 @@ def _panels_function(mod: ir.Module, tiles: dict) -> ir.Function:
     while they read it, and the block's 16 columns of C from one K block to the next)."""
     fn, b = _function(mod, "panels", 9)
     a, lda, panels, k, c, ldc, m, q0, q1 = fn.args
-    const = lambda v: ir.Constant(I64, v)  # noqa: E731
 
     def smaller(x, y):
         return b.select(b.icmp_signed("<", x, y), x, y)
 
-    with _counting(b, const(0), m, M_BLOCK) as m0:
-        rows = smaller(b.sub(m, m0), const(M_BLOCK))
+    with _counting(b, _i64(0), m, M_BLOCK) as m0:
+        rows = smaller(b.sub(m, m0), _i64(M_BLOCK))
         with _counting(b, q0, q1, 1) as q:
-            pc = b.add(c, b.mul(b.add(b.mul(m0, ldc), b.mul(b.sub(q, q0), const(WIDTH))), const(4)))
-            with _counting(b, const(0), k, K_BLOCK) as k0:
-                depth = smaller(b.sub(k, k0), const(K_BLOCK))
-                more = b.zext(b.icmp_signed(">", k0, const(0)), I64)
-                pa = b.add(a, b.mul(b.add(b.mul(m0, lda), k0), const(4)))
-                pp = b.add(panels, b.mul(b.add(b.mul(q, k), k0), const(WIDTH * 4)))
+            pc = b.add(c, b.mul(b.add(b.mul(m0, ldc), b.mul(b.sub(q, q0), _i64(WIDTH))), _i64(4)))
+            with _counting(b, _i64(0), k, K_BLOCK) as k0:
+                depth = smaller(b.sub(k, k0), _i64(K_BLOCK))
+                more = b.zext(b.icmp_signed(">", k0, _i64(0)), I64)
+                pa = b.add(a, b.mul(b.add(b.mul(m0, lda), k0), _i64(4)))
+                pp = b.add(panels, b.mul(b.add(b.mul(q, k), k0), _i64(WIDTH * 4)))
                 _row_tiles(b, tiles, pa, lda, pp, depth, pc, ldc, more, rows)
     b.ret_void()
     return fn
@@ -216,21 +219,20 @@ def _panels_function(mod: ir.Module, tiles: dict) -> ir.Function:
 def _row_tiles(b: ir.IRBuilder, tiles: dict, pa, lda, pp, depth, pc, ldc, more, m) -> None:
     """The tiles of ``m`` rows against one panel's K block: MAX_ROWS rows at a time, then the
     remainder (0-5 rows) as 4, 2 and 1 rows, each at most once."""
-    const = lambda v: ir.Constant(I64, v)  # noqa: E731
 
     def call(rows: int, r0):
-        ar = b.add(pa, b.mul(b.mul(r0, lda), const(4)))
-        cr = b.add(pc, b.mul(b.mul(r0, ldc), const(4)))
+        ar = b.add(pa, b.mul(b.mul(r0, lda), _i64(4)))
+        cr = b.add(pc, b.mul(b.mul(r0, ldc), _i64(4)))
         b.call(tiles[rows], [ar, lda, pp, depth, cr, ldc, more])
 
-    full = b.mul(b.sdiv(m, const(MAX_ROWS)), const(MAX_ROWS))
-    with _counting(b, const(0), full, MAX_ROWS) as r0:
+    full = b.mul(b.sdiv(m, _i64(MAX_ROWS)), _i64(MAX_ROWS))
+    with _counting(b, _i64(0), full, MAX_ROWS) as r0:
         call(MAX_ROWS, r0)
     r0 = full
     for rows in (4, 2, 1):
-        with b.if_then(b.icmp_signed(">=", b.sub(m, r0), const(rows))):
+        with b.if_then(b.icmp_signed(">=", b.sub(m, r0), _i64(rows))):
             call(rows, r0)
-        r0 = b.select(b.icmp_signed(">=", b.sub(m, r0), const(rows)), b.add(r0, const(rows)), r0)
+        r0 = b.select(b.icmp_signed(">=", b.sub(m, r0), _i64(rows)), b.add(r0, _i64(rows)), r0)
 
 
 def _row_panels_function(mod: ir.Module, fma) -> ir.Function:

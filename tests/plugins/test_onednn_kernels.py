@@ -145,6 +145,7 @@ def test_a_weight_in_column_panels_runs_the_native_loop_at_every_row_count(k, n,
     if n % 16:
         assert not packed.panels[-1, :, n % 16:].any()
     assert calls, "the native loop ran"
+    assert (blocks[0] * blocks[1], k) in calls, "two row blocks and a partial one went through the native loop"
 
 
 def test_a_cnns_classifier_head_keeps_onednns_primitive_and_numba_unloaded(monkeypatch):
