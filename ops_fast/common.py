@@ -15,6 +15,7 @@ import importlib.util
 import sys
 import threading
 import types
+import weakref
 
 import numpy as np
 
@@ -35,18 +36,35 @@ def contiguous(*arrays) -> bool:
 
 
 _char_over, _address_of = ctypes.c_char.from_buffer, ctypes.addressof
+#: id -> (weak reference, address) of the arrays the buffer protocol refused (read-only
+#: weights, strided views), each entry dropped when its array dies
+_REFUSED: dict = {}
 
 
 def address(a: np.ndarray) -> int:
     """The address of ``a``'s first element (``a.ctypes.data``). A writable, C-contiguous,
     non-empty array (a planned buffer or a view of one, what kernels pass to native code run
     after run) takes ~0.4 us through the buffer protocol, where ``a.ctypes.data`` builds
-    ``__array_interface__`` (~1.5 us: ~0.1 ms a run on a small transformer's ~70 such calls);
-    any other array takes ``a.ctypes.data``."""
+    ``__array_interface__`` (~1.5 us, and ~1 us more for the refused buffer request: ~0.1 ms
+    a run on a small transformer's ~70 such calls). Any other array (a read-only weight or
+    bias, which a primitive shared by several nodes receives in turn) takes
+    ``a.ctypes.data`` once and its remembered address after that (~0.15 us)."""
+    known = _REFUSED.get(id(a))
+    if known is not None and known[0]() is a:
+        return known[1]
     try:
         return _address_of(_char_over(a))
     except (TypeError, ValueError):       # read-only, strided or empty: no writable contiguous buffer
-        return a.ctypes.data
+        pass
+    pointer = a.ctypes.data
+    if not a.size:                        # (an empty array may be resized in place: not remembered)
+        return pointer
+    key = id(a)
+    try:
+        _REFUSED[key] = (weakref.ref(a, lambda _, key=key: _REFUSED.pop(key, None)), pointer)
+    except TypeError:                     # not weakly referenceable (an array subclass): not remembered
+        pass
+    return pointer
 
 
 # ----------------------------------------------------------------------------------------

@@ -326,6 +326,10 @@ class Blocking(NamedTuple):
     inner_idxs: tuple
 
 
+#: call sites (see :meth:`Primitive.execute`) a primitive keeps memory objects for, per thread
+MAX_SITES = 256
+
+
 class Primitive:
     """A primitive made from a primitive descriptor, with the descriptor of each argument.
 
@@ -350,18 +354,30 @@ class Primitive:
         """A copy of the descriptor the primitive chose for ``what`` (QUERY_WEIGHTS, ...)."""
         return MemoryDesc.copy_of(library().dnnl_primitive_desc_query_md(self._pd.handle, what, 0), dims)
 
-    def _bound(self) -> "_Bound":
-        """The calling thread's memory objects and argument array, made on its first call."""
-        mine = getattr(self._local, "bound", None)
+    def _bound(self, site: int) -> "_Bound":
+        """The calling thread's memory objects and argument array for ``site``, made on its
+        first call (at most :data:`MAX_SITES` per thread: the oldest dropped first)."""
+        sites = self._local.__dict__.get("sites")
+        if sites is None:
+            sites = self._local.sites = {}
+        mine = sites.get(site)
         if mine is None:
-            mine = self._local.bound = _Bound(self)
+            if len(sites) >= MAX_SITES:
+                sites.pop(next(iter(sites)))
+            mine = sites[site] = _Bound(self)
         return mine
 
-    def execute(self, values: Sequence) -> None:
+    def execute(self, values: Sequence, site: object = None) -> None:
         """Run on ``values``, one per argument in ``args`` order: a pointer (int) or a numpy
         array (its data pointer). Memory handles are set only where the data moved since the
-        last call on this thread (an arena buffer, a packed weight: once)."""
-        b = self._local.__dict__.get("bound") or self._bound()
+        last call on this thread from the same ``site``: a caller that passes the same arrays
+        run after run (a node's planned buffers and weights) names itself (its prepared
+        plan), so that a primitive shared by several nodes (a transformer's equal blocks)
+        keeps each node's pointers apart instead of setting all of them on every call."""
+        sites = self._local.__dict__.get("sites")
+        b = sites.get(id(site)) if sites is not None else None
+        if b is None:
+            b = self._bound(id(site))
         last, handles, set_handle = b.last, b.handles, b.set_handle
         for k, v in enumerate(values):
             entry = last[k]

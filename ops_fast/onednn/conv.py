@@ -203,7 +203,7 @@ class PackedConv:
             values.append(self.bias)
         if self.residual:
             values.append(z)
-        prim.execute(values)
+        prim.execute(values, self)
 
 
 class _Node:

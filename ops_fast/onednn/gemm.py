@@ -61,8 +61,11 @@ MIN_WEIGHT = 4096
 MAX_PRIMITIVES = 64
 #: a weight up to this size is kept beside its packed copy, for the products too small for oneDNN
 KEEP_PLAIN_BYTES = 256 << 10
-#: the multiply-adds (M * K * N) from which a product runs oneDNN rather than numpy
-MIN_WORK = 1 << 21
+#: the multiply-adds (M * K * N) from which a product runs oneDNN rather than numpy (where the
+#: weight is kept plain too). Measured on an AVX-512 Xeon (oneDNN's brgemm with the bias fused,
+#: against numpy's matmul and add; one thread): 16 x 64 x 128 2.7-4.1 us against 3.4-5.5, 32-64
+#: rows of 64 x 64 to 128 x 64 (2^18) about equal, 2^19 10.3-12.7 us against 8.0-8.8
+MIN_WORK = 1 << 18
 #: the smallest packed weight a single row streams through the numba loop (loops/gemv): more
 #: than 4 MiB. Below, oneDNN's primitive measured as fast (gpt2's 768 x 768 projections, a
 #: SmolLM's 576 x 1536 MLP in a decode step), and a model whose one-row products are all
@@ -252,9 +255,9 @@ class PackedGemm:
             prim, weights = self.primitive(m, a2.strides, threads)
         a, y = (a2 if a is None else a), (y2 if y is None else y)
         if self.bias is None:
-            prim.execute((a, weights, y))
+            prim.execute((a, weights, y), self)
         else:
-            prim.execute((a, weights, y, self.bias))
+            prim.execute((a, weights, y, self.bias), self)
 
 
 def _padded(md: api.MemoryDesc) -> api.MemoryDesc:

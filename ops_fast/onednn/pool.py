@@ -133,7 +133,7 @@ def _register(as_op: str) -> None:
             return
         threads = intra_op_threads()
         api.set_threads(threads)
-        plan.primitive(nchw(x.shape), threads).execute((x, y))
+        plan.primitive(nchw(x.shape), threads).execute((x, y), plan)
 
     lib.kernel(as_op, domain=DOMAIN, dtypes=[np.float32], priority=PRIORITY, accepts=accepts,
                prepare=prepare)(compute)

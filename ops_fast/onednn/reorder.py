@@ -57,4 +57,4 @@ def _transpose(inputs, outputs, plan: TransposePlan):
         np.copyto(out, view)
         return
     api.set_threads(intra_op_threads())
-    plan.primitive(view, out).execute((x, out))
+    plan.primitive(view, out).execute((x, out), plan)

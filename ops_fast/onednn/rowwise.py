@@ -107,7 +107,7 @@ def _layer_norm(inputs, outputs, p: _NormPlan):
         scale = np.ascontiguousarray(scale, F32).reshape(inner)
         shift = np.zeros(inner, F32) if bias is None else np.ascontiguousarray(bias, F32).reshape(inner)
     prim = api.shared(("layer_norm", rows, inner, p.eps, threads), _layer_norm_primitive, rows, inner, p.eps)
-    prim.execute((x, y, scale, shift))
+    prim.execute((x, y, scale, shift), p)
 
 
 def _layer_norm_primitive(rows: int, inner: int, eps: float) -> api.Primitive:
@@ -228,9 +228,10 @@ def _fused_attention(inputs, outputs, p: _AttentionPlan):
     except api.OneDNNError:   # shapes oneDNN's matmul does not broadcast: the numpy kernel
         fusions._fused_attention(inputs, [out] + list(outputs[1:]), p.plan)
         return
-    prims.scores.execute((q, kt, scores) if mask is None else (q, kt, scores, mask))
-    prims.softmax.execute((scores, scores))
-    prims.output.execute((scores, v, out))
+    k = inputs[1]     # KT's data: a transposed view starts at the same element (and k stays the same object)
+    prims.scores.execute((q, k, scores) if mask is None else (q, k, scores, mask), p)
+    prims.softmax.execute((scores, scores), p)
+    prims.output.execute((scores, v, out), p)
 
 
 # Gelu --------------------------------------------------------------------------------

@@ -388,6 +388,35 @@ def test_gather_out_of_range():
     assert e.value.kind == "GatherIndexOutOfRange"
 
 
+@pytest.mark.parametrize("rows", [4, 5000], ids=["checked-take", "range-checked-first"])
+def test_gather_run_time_indices_small_and_large_outputs(rows):
+    """Indices fed at run time, into an output below and above GATHER_CHECKED_TAKE elements
+    (numpy's own range check, or the reductions first): the values of np.take with negative
+    indices wrapped once, and the named error for an index one past either end, the session
+    usable after it."""
+    from dynashape.ops_builtin.tensor_ops import GATHER_CHECKED_TAKE
+
+    data_in = helper.make_tensor_value_info("data", onnx.TensorProto.FLOAT, ["n", 8])
+    idx_in = helper.make_tensor_value_info("idx", onnx.TensorProto.INT64, ["m"])
+    out = helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)
+    graph = helper.make_graph([helper.make_node("Gather", ["data", "idx"], ["y"], name="g")], "g",
+                              [data_in, idx_in], [out])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    sess = dynashape.InferenceSession(model.SerializeToString())
+    data = np.arange(10 * 8, dtype=np.float32).reshape(10, 8)
+    idx = np.resize(np.array([0, -1, 9, -10, 3], np.int64), rows)
+    assert (rows * 8 <= GATHER_CHECKED_TAKE) == (rows == 4)
+    (y,) = sess.run(None, {"data": data, "idx": idx})
+    np.testing.assert_array_equal(y, data[np.where(idx < 0, idx + 10, idx)])
+    for bad in (10, -11):
+        wrong = idx.copy()
+        wrong[-1] = bad
+        with pytest.raises(dynashape.DynashapeError, match=f"Gather node 'g': index {bad} is out of range"):
+            sess.run(None, {"data": data, "idx": wrong})
+    (again,) = sess.run(None, {"data": data, "idx": idx})
+    np.testing.assert_array_equal(again, y)
+
+
 def test_gather_symbolic_shape_and_value():
     b, s = sym("b"), sym("s")
     (out,), _, _ = sym_infer("Gather", [(b, s, 8), ()], [np.dtype(np.float32), np.dtype(np.int64)],

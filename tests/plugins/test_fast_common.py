@@ -28,3 +28,24 @@ def test_address_is_the_first_elements_whatever_the_array(make):
     if a.size:
         first = np.ctypeslib.as_array((np.ctypeslib.as_ctypes_type(a.dtype) * 1).from_address(address(a)))
         assert first[0] == a[(0,) * a.ndim]
+
+
+def test_a_refused_arrays_address_is_remembered_while_it_lives_and_forgotten_after():
+    """A read-only weight is looked up once (the buffer protocol refuses it on every call);
+    once it dies, an array that gets its id has its own address, not the dead one's."""
+    from dynashape.ops_fast import common
+
+    weight = _read_only(np.arange(64, dtype=np.float32))
+    assert address(weight) == address(weight) == weight.ctypes.data
+    assert id(weight) in common._REFUSED
+    key = id(weight)
+    del weight
+    assert key not in common._REFUSED
+    for _ in range(50):    # new read-only arrays, some of them at the freed id
+        other = _read_only(np.arange(64, dtype=np.float32) + 1)
+        assert address(other) == other.ctypes.data
+        del other
+    view = np.arange(40, dtype=np.float32).reshape(10, 4)[:, 1:3]
+    assert address(view) == view.ctypes.data == address(view)
+    empty = np.empty(0, np.float32)
+    assert address(empty) == empty.ctypes.data and id(empty) not in common._REFUSED
