@@ -56,6 +56,11 @@ from types import SimpleNamespace
 import numpy as np
 from _realsize import CATALOG, default_dir, kv_shape, load_manifest, scaled_diff, write_manifest
 
+# this script's folder (on sys.path as the script's) also holds benchmarks/kernels.py, which would
+# shadow the `kernels` package recent transformers import: off the path once _realsize is imported
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+
 SEED = 0
 OPSET = 17
 TOLERANCE = 1e-4

@@ -541,7 +541,7 @@ def _gather(inputs, outputs, prepared):
     idx, out = inputs[1], outputs[0]
     if out is not None and idx.size and out.size <= GATHER_CHECKED_TAKE:
         try:
-            np.take(inputs[0], idx, axis=axis, out=out, mode="raise")
+            inputs[0].take(idx, axis=axis, out=out, mode="raise")     # (the method: no np.take wrapper)
         except IndexError:
             _check_index_range(idx, size, node, "Gather", "GatherIndexOutOfRange", "index")
             raise

@@ -52,7 +52,7 @@ def _prepare(ctx) -> TransposePlan:
 @lib.kernel("Transpose", dtypes=[np.float32], priority=PRIORITY, accepts=_accepts, prepare=_prepare)
 def _transpose(inputs, outputs, plan: TransposePlan):
     x, out = inputs[0], outputs[0]
-    view = np.transpose(x, plan.perm)
+    view = x.transpose(plan.perm)
     if x.size < MIN_ELEMENTS or any(s % 4 for s in view.strides) or not out.flags.c_contiguous:
         np.copyto(out, view)
         return

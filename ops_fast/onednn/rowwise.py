@@ -228,7 +228,11 @@ def _fused_attention(inputs, outputs, p: _AttentionPlan):
     except api.OneDNNError:   # shapes oneDNN's matmul does not broadcast: the numpy kernel
         fusions._fused_attention(inputs, [out] + list(outputs[1:]), p.plan)
         return
-    k = inputs[1]     # KT's data: a transposed view starts at the same element (and k stays the same object)
+    # the arrays whose data the views start at, the same objects run after run (a new view
+    # costs Primitive.execute ~1 us more to look up): KT's is K's, the scores' the planned scratch
+    k = inputs[1]
+    if len(outputs) > 1 and outputs[1] is not None and outputs[1].size >= size:
+        scores = outputs[1]
     prims.scores.execute((q, k, scores) if mask is None else (q, k, scores, mask), p)
     prims.softmax.execute((scores, scores), p)
     prims.output.execute((scores, v, out), p)
