@@ -96,6 +96,11 @@ def conv(n, c, hw, m, k, stride=1, group=1, epilogue=""):
 CLASSES = [
     # name, builder, args
     ("matmul decode 1x1 768->2304", matmul, (1, 1, 768, 2304)),
+    ("matmul decode 1x1 768->3072 (gpt2 MLP)", matmul, (1, 1, 768, 3072)),
+    ("matmul decode 1x1 3072->768 (gpt2 MLP)", matmul, (1, 1, 3072, 768)),
+    ("matmul decode 1x1 576->192 (SmolLM k, v)", matmul, (1, 1, 576, 192)),
+    ("matmul decode 1x1 576->1536 (SmolLM MLP)", matmul, (1, 1, 576, 1536)),
+    ("matmul decode 1x1 1536->576 (SmolLM MLP)", matmul, (1, 1, 1536, 576)),
     ("matmul b1 s16 768->3072", matmul, (1, 16, 768, 3072)),
     ("matmul b1 s16 3072->768", matmul, (1, 16, 3072, 768)),
     ("matmul b1 s128 768->768", matmul, (1, 128, 768, 768)),
@@ -105,6 +110,7 @@ CLASSES = [
     ("matmul+bias+gelu b1 s16 384->1536 (MiniLM)", matmul, (1, 16, 384, 1536, True, True)),
     ("matmul+bias b1 s16 1536->384 (MiniLM)", matmul, (1, 16, 1536, 384, True)),
     ("matmul lm head b1 s1 768->50257", matmul, (1, 1, 768, 50257)),
+    ("matmul lm head b1 s1 576->49152 (SmolLM)", matmul, (1, 1, 576, 49152)),
     ("matmul+bias+gelu b1 s128 768->3072", matmul, (1, 128, 768, 3072, True, True)),
     ("gemm+bias 16x768->2304 (gpt2 Conv1D)", gemm, (16, 768, 2304)),
     ("gemm+bias 1024x768->768", gemm, (1024, 768, 768)),

@@ -31,6 +31,7 @@ priority. Source: ONNX MatMul-13 / Gemm-13; oneDNN's matmul primitive
 """
 from __future__ import annotations
 
+import time
 from functools import lru_cache
 from typing import Optional
 
@@ -72,6 +73,11 @@ MIN_WORK = 1 << 18
 #: smaller never loads numba (~70 MB resident): an encoder's square pooler up to hidden 1024
 #: (BERT-base's 2.4 MB one made BERT's peak RSS 5% over onnxruntime's)
 GEMV_MIN_BYTES = (4 << 20) + 1
+#: per intra-op thread count, whether the one-row loop beat oneDNN's primitive in this process
+#: (:meth:`PackedGemm._measure_one_row`, on the first weight it could run): the CPUs differ. On
+#: an AVX-512 Xeon where oneDNN's M = 1 brgemm read 576 x 49152 (SmolLM's LM head) in 2.4 ms (4.1
+#: out of the caches), the loop took 6.6 (8.0); on another, the brgemm was ~20% slower
+ONE_ROW_LOOP_WINS: dict = {}
 #: a weight oneDNN keeps row-major (an AVX2-only CPU: no blocked brgemm layout) whose rows are
 #: a multiple of this many bytes apart gets PLAIN_ROW_PAD floats of padding per row: such rows
 #: fall on the same cache sets, and the product slows down 1.5-2x (16 x 768 @ 768 x 3072 on a
@@ -236,28 +242,56 @@ class PackedGemm:
             np.matmul(a2, self.plain, out=y2)
             self._bias_and_epilogue(y2)
             return
-        if m == 1 and self.slabs is not None and compiled_ready():
-            gemv.gemv_slabs(np.ascontiguousarray(a2[0]), self.slabs, y2[0])
-            self._row_epilogue(y2[0])
-            return
         threads = intra_op_threads()
+        if m == 1 and self.slabs is not None and compiled_ready():
+            wins = ONE_ROW_LOOP_WINS.get(threads)
+            if wins is None:
+                wins = self._measure_one_row(a2, y2, a, y, threads)
+            if wins:
+                self._run_one_row(a2, y2)
+                return
         if m <= self.blas_rows and threads == 1:
             np.matmul(a2, self.row_major, out=y2)
             self._row_epilogue(y2)
             return
+        self._run_primitive(a2, y2, a, y, threads)
+
+    def _run_one_row(self, a2: np.ndarray, y2: np.ndarray) -> None:
+        gemv.gemv_slabs(np.ascontiguousarray(a2[0]), self.slabs, y2[0])
+        self._row_epilogue(y2[0])
+
+    def _run_primitive(self, a2: np.ndarray, y2: np.ndarray, a, y, threads: int) -> None:
         api.set_threads(threads)
         try:
-            prim, weights = self.primitive(m, a2.strides, threads)
+            prim, weights = self.primitive(a2.shape[0], a2.strides, threads)
         except api.OneDNNError as exc:
             if exc.status != api.UNIMPLEMENTED or a2.flags.c_contiguous:
                 raise
             a2 = a = np.ascontiguousarray(a2)     # a layout of A the kernels do not read (a transposed A)
-            prim, weights = self.primitive(m, a2.strides, threads)
+            prim, weights = self.primitive(a2.shape[0], a2.strides, threads)
         a, y = (a2 if a is None else a), (y2 if y is None else y)
         if self.bias is None:
             prim.execute((a, weights, y), self)
         else:
             prim.execute((a, weights, y, self.bias), self)
+
+    def _measure_one_row(self, a2: np.ndarray, y2: np.ndarray, a, y, threads: int) -> bool:
+        """Time the numba one-row loop against oneDNN's primitive on this weight (each twice,
+        in turn, after a call of each: the faster of its two calls), and keep the answer for
+        every weight of the process at this thread count (:data:`ONE_ROW_LOOP_WINS`)."""
+        def loop():
+            self._run_one_row(a2, y2)
+
+        def primitive():
+            self._run_primitive(a2, y2, a, y, threads)
+        best = {loop: float("inf"), primitive: float("inf")}
+        for _ in range(3):
+            for fn in best:
+                t0 = time.perf_counter()
+                fn()
+                best[fn] = min(best[fn], time.perf_counter() - t0)
+        wins = ONE_ROW_LOOP_WINS[threads] = best[loop] < best[primitive]
+        return wins
 
 
 def _padded(md: api.MemoryDesc) -> api.MemoryDesc:

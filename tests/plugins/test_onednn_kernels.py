@@ -248,14 +248,20 @@ def test_matmul_of_a_vector_and_of_four_dims():
 @THREADS
 @pytest.mark.parametrize("k,n", [(768, 2304), (100, 41), (5000, 70), (17, 1000)])
 @pytest.mark.parametrize("activation", [None, "Relu", "tanh", "LeakyRelu", "HardSigmoid"])
-def test_one_row_streams_the_packed_weight_through_the_column_block_loop(k, n, activation, threads, monkeypatch):
+@pytest.mark.parametrize("loop", [True, False, None], ids=["loop", "primitive", "measured"])
+def test_one_row_streams_the_packed_weight_through_the_column_block_loop(k, n, activation, loop, threads,
+                                                                         monkeypatch):
     """A decode step's single row: the numba loop over the packed weight's column blocks (rows
     and columns padded), then the bias and the activation (oneDNN's eltwise primitive of the
-    post-op, its alpha and beta too); more rows take oneDNN's primitive."""
+    post-op, its alpha and beta too), or oneDNN's primitive, whichever the process measured
+    faster on its first weight (``loop=None``: measured here, and the answer kept); more rows
+    take oneDNN's primitive."""
     from dynashape.ops_fast.onednn import gemm
     if gemm.gemv is None:
         pytest.skip("numba is not installed")
     monkeypatch.setattr(gemm, "GEMV_MIN_BYTES", 0)   # (odd small sizes too)
+    wins = {} if loop is None else {t: loop for t in range(1, 257)}
+    monkeypatch.setattr(gemm, "ONE_ROW_LOOP_WINS", wins)
     added = "y" if activation is None else "a"
     nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], [added])]
     if activation == "Relu":
@@ -276,6 +282,10 @@ def test_one_row_streams_the_packed_weight_through_the_column_block_loop(k, n, a
         return
     assert packed[0].slabs is not None
     assert packed[0].slabs.shape[1:] == (-(-k // 16) * 16, 64) and packed[0].slabs.shape[0] * 64 >= n
+    if loop is None and (packed[0].plain is None or k * n >= gemm.MIN_WORK):
+        # (a product too small for oneDNN runs numpy's matmul on the plain weight: nothing to measure)
+        # the first one-row run measured both paths and kept the answer for its thread count
+        assert len(wins) == 1 and isinstance(next(iter(wins.values())), bool)
 
 
 @THREADS
