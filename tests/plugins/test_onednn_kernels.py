@@ -237,6 +237,29 @@ def test_few_rows_against_a_row_major_packed_weight_run_blas_on_its_memory(activ
         np.testing.assert_array_equal(y, want)      # BLAS itself, bias added after
 
 
+def test_a_primitive_shared_by_call_sites_keeps_each_sites_pointers(monkeypatch):
+    """One primitive called from several sites in turn (the equal nodes of a transformer's
+    blocks), each with its own arrays, a site handed new arrays, and more sites than a thread
+    keeps (the oldest dropped): every call reads and writes the arrays it was given."""
+    if api.library() is None:
+        pytest.skip(api.unavailable_reason())
+    monkeypatch.setattr(api, "MAX_SITES", 3)
+    prim = api.make_eltwise(48, "relu")
+    rng = np.random.default_rng(0)
+    sites = [object() for _ in range(5)]
+    arrays = {id(s): (rng.standard_normal(48).astype(np.float32), np.empty(48, np.float32)) for s in sites}
+    for _ in range(3):
+        for site in sites + [None]:
+            x, y = arrays[id(site)] if site is not None else (rng.standard_normal(48).astype(np.float32),
+                                                              np.empty(48, np.float32))
+            y.fill(np.nan)
+            prim.execute((x, y), site)
+            np.testing.assert_array_equal(y, np.maximum(x, 0))
+        first = id(sites[0])
+        arrays[first] = (rng.standard_normal(48).astype(np.float32), np.empty(48, np.float32))   # new data, same site
+    assert len(prim._local.sites) <= 3
+
+
 def test_matmul_of_a_vector_and_of_four_dims():
     w = _rand(96, 80)
     nodes = [helper.make_node("MatMul", ["v", "w"], ["y"]), helper.make_node("MatMul", ["x", "w"], ["z"])]
