@@ -63,9 +63,9 @@ MAX_PRIMITIVES = 64
 #: a weight up to this size is kept beside its packed copy, for the products too small for oneDNN
 KEEP_PLAIN_BYTES = 256 << 10
 #: the multiply-adds (M * K * N) from which a product runs oneDNN rather than numpy (where the
-#: weight is kept plain too). Measured on an AVX-512 Xeon (oneDNN's brgemm with the bias fused,
-#: against numpy's matmul and add; one thread): 16 x 64 x 128 2.7-4.1 us against 3.4-5.5, 32-64
-#: rows of 64 x 64 to 128 x 64 (2^18) about equal, 2^19 10.3-12.7 us against 8.0-8.8
+#: weight is kept plain too). Measured on an AVX-512 Xeon (numpy's matmul and add against oneDNN's
+#: brgemm with the bias fused; one thread): 16 x 64 x 64 2.9 us against 3.8, 16 x 64 x 128 4.6
+#: against 5.2, from 2^18 to 2^19 within 5% either way, 128 x 64 x 128 (2^20) 24.0 against 15.2
 MIN_WORK = 1 << 18
 #: the smallest packed weight a single row streams through the numba loop (loops/gemv): more
 #: than 4 MiB. Below, oneDNN's primitive measured as fast (gpt2's 768 x 768 projections, a
@@ -75,8 +75,8 @@ MIN_WORK = 1 << 18
 GEMV_MIN_BYTES = (4 << 20) + 1
 #: per intra-op thread count, whether the one-row loop beat oneDNN's primitive in this process
 #: (:meth:`PackedGemm._measure_one_row`, on the first weight it could run): the CPUs differ. On
-#: an AVX-512 Xeon where oneDNN's M = 1 brgemm read 576 x 49152 (SmolLM's LM head) in 2.4 ms (4.1
-#: out of the caches), the loop took 6.6 (8.0); on another, the brgemm was ~20% slower
+#: one AVX-512 Xeon oneDNN's M = 1 brgemm read gpt2's weights ~20% slower than the loop, on
+#: another the two took 6.4-6.6 ms each on SmolLM's 576 x 49152 LM head (in a session, one thread)
 ONE_ROW_LOOP_WINS: dict = {}
 #: a weight oneDNN keeps row-major (an AVX2-only CPU: no blocked brgemm layout) whose rows are
 #: a multiple of this many bytes apart gets PLAIN_ROW_PAD floats of padding per row: such rows
