@@ -276,22 +276,20 @@ class PackedGemm:
             prim.execute((a, weights, y, self.bias), self)
 
     def _measure_one_row(self, a2: np.ndarray, y2: np.ndarray, a, y, threads: int) -> bool:
-        """Time the numba one-row loop against oneDNN's primitive on this weight (each twice,
-        in turn, after a call of each: the faster of its two calls), and keep the answer for
-        every weight of the process at this thread count (:data:`ONE_ROW_LOOP_WINS`)."""
-        def loop():
-            self._run_one_row(a2, y2)
-
-        def primitive():
-            self._run_primitive(a2, y2, a, y, threads)
-        best = {loop: float("inf"), primitive: float("inf")}
+        """Time the numba one-row loop against oneDNN's primitive on this weight (three calls
+        of each, in turn; each path's fastest call), and keep the answer for every weight of
+        the process at this thread count (:data:`ONE_ROW_LOOP_WINS`)."""
+        best = {"loop": float("inf"), "primitive": float("inf")}
         for _ in range(3):
-            for fn in best:
+            for path in best:
                 t0 = time.perf_counter()
-                fn()
-                best[fn] = min(best[fn], time.perf_counter() - t0)
-        wins = ONE_ROW_LOOP_WINS[threads] = best[loop] < best[primitive]
-        return wins
+                if path == "loop":
+                    self._run_one_row(a2, y2)
+                else:
+                    self._run_primitive(a2, y2, a, y, threads)
+                best[path] = min(best[path], time.perf_counter() - t0)
+        ONE_ROW_LOOP_WINS[threads] = best["loop"] < best["primitive"]
+        return ONE_ROW_LOOP_WINS[threads]
 
 
 def _padded(md: api.MemoryDesc) -> api.MemoryDesc:

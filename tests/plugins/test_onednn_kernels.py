@@ -258,6 +258,13 @@ def test_a_primitive_shared_by_call_sites_keeps_each_sites_pointers(monkeypatch)
         first = id(sites[0])
         arrays[first] = (rng.standard_normal(48).astype(np.float32), np.empty(48, np.float32))   # new data, same site
     assert len(prim._local.sites) <= 3
+    # within MAX_SITES, each site's memory objects hold its own arrays' pointers, not the last caller's
+    a, b = sites[:2]
+    prim.execute(arrays[id(a)], a)
+    prim.execute(arrays[id(b)], b)
+    for site in (a, b):
+        held = [entry[1] for entry in prim._local.sites[id(site)].last]
+        assert held == [arr.ctypes.data for arr in arrays[id(site)]]
 
 
 def test_matmul_of_a_vector_and_of_four_dims():
@@ -285,6 +292,10 @@ def test_one_row_streams_the_packed_weight_through_the_column_block_loop(k, n, a
     monkeypatch.setattr(gemm, "GEMV_MIN_BYTES", 0)   # (odd small sizes too)
     wins = {} if loop is None else {t: loop for t in range(1, 257)}
     monkeypatch.setattr(gemm, "ONE_ROW_LOOP_WINS", wins)
+    loop_calls = []
+    run_one_row = gemm.PackedGemm._run_one_row
+    monkeypatch.setattr(gemm.PackedGemm, "_run_one_row", lambda self, *args: (loop_calls.append(1),
+                                                                                run_one_row(self, *args)))
     added = "y" if activation is None else "a"
     nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], [added])]
     if activation == "Relu":
@@ -305,10 +316,13 @@ def test_one_row_streams_the_packed_weight_through_the_column_block_loop(k, n, a
         return
     assert packed[0].slabs is not None
     assert packed[0].slabs.shape[1:] == (-(-k // 16) * 16, 64) and packed[0].slabs.shape[0] * 64 >= n
-    if loop is None and (packed[0].plain is None or k * n >= gemm.MIN_WORK):
-        # (a product too small for oneDNN runs numpy's matmul on the plain weight: nothing to measure)
-        # the first one-row run measured both paths and kept the answer for its thread count
-        assert len(wins) == 1 and isinstance(next(iter(wins.values())), bool)
+    if packed[0].plain is not None and k * n < gemm.MIN_WORK:
+        # a product too small for oneDNN runs numpy's matmul on the plain weight: neither path, nothing measured
+        assert not loop_calls and (loop is not None or not wins)
+    elif loop is None:   # the first one-row run measured both paths (the loop among them) and kept the answer
+        assert len(wins) == 1 and isinstance(next(iter(wins.values())), bool) and loop_calls
+    else:                # the one-row runs took the path the process had measured faster, and only it
+        assert bool(loop_calls) == loop
 
 
 @THREADS
