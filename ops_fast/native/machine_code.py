@@ -62,12 +62,13 @@ def supported() -> bool:
 
 def cache_key(ir_module: str, depends=()) -> str:
     """The cache entry's name for the IR that the module named ``ir_module`` builds: the
-    bytes of its source file and of the files ``depends`` (what it reads constants from),
-    llvmlite's version and :data:`TARGET`. Nothing is imported."""
+    bytes of its source file, of the files ``depends`` (what it reads constants from) and of
+    :mod:`.ir_util` (what every IR module builds with), llvmlite's version and :data:`TARGET`.
+    Nothing is imported."""
     import importlib.util
     from importlib.metadata import version
     digest = hashlib.sha256()
-    for source in (importlib.util.find_spec(ir_module).origin, *depends):
+    for source in (importlib.util.find_spec(ir_module).origin, *depends, Path(__file__).with_name("ir_util.py")):
         digest.update(Path(source).read_bytes())
     digest.update(f"{version('llvmlite')}|{'|'.join(TARGET)}".encode())
     return f"{ir_module.rsplit('.', 1)[-1]}-{digest.hexdigest()[:24]}"

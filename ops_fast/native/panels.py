@@ -21,6 +21,7 @@ from dynashape.threads import intra_op_threads
 
 from ..common import address as data_address
 from ..tiering import BackgroundStart
+from . import openmp
 
 __all__ = ["WIDTH", "MAX_ROWS", "K_BLOCK", "M_BLOCK", "ROW_PANELS", "supported", "ready", "wait_until_ready",
            "panel_gemm"]
@@ -57,26 +58,7 @@ def _load() -> None:
     addresses = machine_code.built_functions(f"{__package__}.panels_ir", FUNCTIONS, depends=(__file__,))
     for name in ("dyn_panels", "dyn_row_panels"):
         _native[name] = ctypes.CFUNCTYPE(None, *([ctypes.c_int64] * FUNCTIONS[name]))(addresses[name])
-    _native["team"] = _openmp_team(addresses["dyn_parallel"])
-
-
-def _openmp_team(parallel: int):
-    """``run(args, threads)``: ``dyn_parallel`` on a team of the OpenMP runtime oneDNN uses
-    (libgomp's ``GOMP_parallel``: the same worker threads as oneDNN's primitives, so the two
-    never compete for the cores while one pool spins), or None without libgomp (the loop then
-    runs on the calling thread)."""
-    try:
-        gomp = ctypes.CDLL("libgomp.so.1")
-        start, thread_num, num_threads = gomp.GOMP_parallel, gomp.omp_get_thread_num, gomp.omp_get_num_threads
-    except (OSError, AttributeError):
-        return None
-    start.argtypes, start.restype = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint), None
-    queries = [ctypes.cast(f, ctypes.c_void_p).value for f in (thread_num, num_threads)]
-
-    def run(values: list, threads: int) -> None:
-        args = (ctypes.c_int64 * PARALLEL_ARGS)(*queries, *values)
-        start(parallel, ctypes.addressof(args), threads, 0)
-    return run
+    _native["team"] = openmp.team(addresses["dyn_parallel"], PARALLEL_ARGS - 2)
 
 
 _LOADING = BackgroundStart("the native panel GEMM", _load)

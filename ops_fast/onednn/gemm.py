@@ -20,6 +20,9 @@
   in the process), then the bias and the activation (the post-op's eltwise primitive) in
   place. Elsewhere, up to :data:`BLAS_ROWS` rows at one intra-op thread run numpy's BLAS on
   a view of oneDNN's row-major memory, more rows the primitive.
+* **One row natively.** A decode step's single row streams the packed weight, read as
+  64-column slabs, through the native loop :mod:`..native.gemv` (twice oneDNN's M = 1
+  speed out of the caches, no numba), its bias added in the same pass.
 * Primitives are made per row count (and thread count) on first use, a few hundred
   microseconds each, and kept with the packed weight; nodes of equal shapes and post-ops
   (a transformer's blocks), in any session of the process, share one (``api.shared``).
@@ -31,7 +34,6 @@ priority. Source: ONNX MatMul-13 / Gemm-13; oneDNN's matmul primitive
 """
 from __future__ import annotations
 
-import time
 from functools import lru_cache
 from typing import Optional
 
@@ -41,14 +43,9 @@ from dynashape.records import OpLibrary
 from dynashape.threads import intra_op_threads
 from dynashape.weight_arena import aligned_empty
 
-from .. import AVAILABLE as NUMBA_AVAILABLE
-from ..common import lazy_import
+from ..native import gemv as native_gemv
 from ..native import panels as native_panels
-from ..tiering import compiled_ready
 from . import api
-
-#: the one-row loop (numba), where numba is installed and usable
-gemv = lazy_import("..loops.gemv", __package__) if NUMBA_AVAILABLE else None
 
 lib = OpLibrary()
 
@@ -67,17 +64,6 @@ KEEP_PLAIN_BYTES = 256 << 10
 #: brgemm with the bias fused; one thread): 16 x 64 x 64 2.9 us against 3.8, 16 x 64 x 128 4.6
 #: against 5.2, from 2^18 to 2^19 within 5% either way, 128 x 64 x 128 (2^20) 24.0 against 15.2
 MIN_WORK = 1 << 18
-#: the smallest packed weight a single row streams through the numba loop (loops/gemv): more
-#: than 4 MiB. Below, oneDNN's primitive measured as fast (gpt2's 768 x 768 projections, a
-#: SmolLM's 576 x 1536 MLP in a decode step), and a model whose one-row products are all
-#: smaller never loads numba (~70 MB resident): an encoder's square pooler up to hidden 1024
-#: (BERT-base's 2.4 MB one made BERT's peak RSS 5% over onnxruntime's)
-GEMV_MIN_BYTES = (4 << 20) + 1
-#: per intra-op thread count, whether the one-row loop beat oneDNN's primitive in this process
-#: (:meth:`PackedGemm._measure_one_row`, on the first weight it could run): the CPUs differ. On
-#: one AVX-512 Xeon oneDNN's M = 1 brgemm read gpt2's weights ~20% slower than the loop, on
-#: another the two took 6.4-6.6 ms each on SmolLM's 576 x 49152 LM head (in a session, one thread)
-ONE_ROW_LOOP_WINS: dict = {}
 #: a weight oneDNN keeps row-major (an AVX2-only CPU: no blocked brgemm layout) whose rows are
 #: a multiple of this many bytes apart gets PLAIN_ROW_PAD floats of padding per row: such rows
 #: fall on the same cache sets, and the product slows down 1.5-2x (16 x 768 @ 768 x 3072 on a
@@ -125,7 +111,8 @@ class PackedGemm:
     primitives made for it per (row count, A's strides, threads).
 
     ``post_ops``: eltwise post-ops only (:func:`eltwise_post_ops`), so a single row's
-    activation can run as the same eltwise primitive after the numba loop. ``panels``: the
+    activation can run as the same eltwise primitive after the native one-row loop (``slabs``:
+    the packed weight as that loop reads it, where its layout is one). ``panels``: the
     weight goes into column panels where oneDNN has no blocked layout and the native loop
     runs (:func:`panels_supported`).
 
@@ -160,13 +147,14 @@ class PackedGemm:
             # on every call): the weight in column panels, for the native loop, at every row count
             self.panels = _pack_panels(np.asarray(weight, dtype=F32), allocate)
             self._address = self.panels.ctypes.data
-            self.plain = self.slabs = None     # (the streaming loop reads 16-wide panels at half its speed)
+            self.slabs = None
             return
         self.weights = api.PackedWeights(api.MemoryDesc((self.k, self.n), strides=(self.n, 1)),
                                          np.ascontiguousarray(weight, dtype=F32), chosen, allocate)
-        # one row (a decode step) streams the packed weight through the numba loop, where it can
-        streams = gemv is not None and weight.nbytes >= GEMV_MIN_BYTES
-        self.slabs = _slabs(self.weights) if streams else None
+        # one row (a decode step) streams the packed weight through the native loop, where it can
+        self.slabs = _slabs(self.weights) if gemv_supported() else None
+        if self.slabs is not None:
+            self._address = self.slabs.ctypes.data
         # a row-major packed weight (no numba for the panels) is also what numpy's BLAS reads: few rows run there
         self.row_major = _row_major(self.weights)
         if self.row_major is not None:
@@ -208,11 +196,14 @@ class PackedGemm:
             self.epilogue(y2)
 
     def _row_epilogue(self, y: np.ndarray) -> None:
-        """Bias and activation of the rows the numba loop or BLAS wrote (C-contiguous), in
-        place: the activation as the oneDNN eltwise primitive of the post-op the primitives
-        fuse (the same function, so every row count agrees; numpy's tanh Gelu takes nine passes)."""
+        """Bias and activation of the rows a native loop or BLAS wrote (C-contiguous), in place."""
         if self.bias is not None:
             np.add(y, self.bias, out=y)
+        self._activation(y)
+
+    def _activation(self, y: np.ndarray) -> None:
+        """The activation as the oneDNN eltwise primitive of the post-op the primitives fuse, in
+        place (the same function, so every row count agrees; numpy's tanh Gelu takes nine passes)."""
         for _, algorithm, alpha, beta in self.post_ops:
             api.eltwise(y, y, algorithm, alpha, beta)
 
@@ -242,14 +233,10 @@ class PackedGemm:
             np.matmul(a2, self.plain, out=y2)
             self._bias_and_epilogue(y2)
             return
+        if m == 1 and self.slabs is not None and native_gemv.ready():
+            self._run_one_row(a2, y2)
+            return
         threads = intra_op_threads()
-        if m == 1 and self.slabs is not None and compiled_ready():
-            wins = ONE_ROW_LOOP_WINS.get(threads)
-            if wins is None:
-                wins = self._measure_one_row(a2, y2, a, y, threads)
-            if wins:
-                self._run_one_row(a2, y2)
-                return
         if m <= self.blas_rows and threads == 1:
             np.matmul(a2, self.row_major, out=y2)
             self._row_epilogue(y2)
@@ -257,8 +244,8 @@ class PackedGemm:
         self._run_primitive(a2, y2, a, y, threads)
 
     def _run_one_row(self, a2: np.ndarray, y2: np.ndarray) -> None:
-        gemv.gemv_slabs(np.ascontiguousarray(a2[0]), self.slabs, y2[0])
-        self._row_epilogue(y2[0])
+        native_gemv.slab_gemv(np.ascontiguousarray(a2[0]), self.slabs, y2[0], self.bias, self._address)
+        self._activation(y2[0])
 
     def _run_primitive(self, a2: np.ndarray, y2: np.ndarray, a, y, threads: int) -> None:
         api.set_threads(threads)
@@ -274,22 +261,6 @@ class PackedGemm:
             prim.execute((a, weights, y), self)
         else:
             prim.execute((a, weights, y, self.bias), self)
-
-    def _measure_one_row(self, a2: np.ndarray, y2: np.ndarray, a, y, threads: int) -> bool:
-        """Time the numba one-row loop against oneDNN's primitive on this weight (three calls
-        of each, in turn; each path's fastest call), and keep the answer for every weight of
-        the process at this thread count (:data:`ONE_ROW_LOOP_WINS`)."""
-        best = {"loop": float("inf"), "primitive": float("inf")}
-        for _ in range(3):
-            for path in best:
-                t0 = time.perf_counter()
-                if path == "loop":
-                    self._run_one_row(a2, y2)
-                else:
-                    self._run_primitive(a2, y2, a, y, threads)
-                best[path] = min(best[path], time.perf_counter() - t0)
-        ONE_ROW_LOOP_WINS[threads] = best["loop"] < best["primitive"]
-        return ONE_ROW_LOOP_WINS[threads]
 
 
 def _padded(md: api.MemoryDesc) -> api.MemoryDesc:
@@ -353,7 +324,7 @@ def _row_major(weights: api.PackedWeights) -> Optional[np.ndarray]:
 
 
 def _slabs(weights: api.PackedWeights) -> Optional[np.ndarray]:
-    """The packed weight as column blocks ``(NB, Kp, bn)`` (:mod:`..loops.gemv`), where its
+    """The packed weight as 64-column slabs ``(NB, Kp, 64)`` (:mod:`..native.gemv`), where its
     layout is one: the inner blocks (16 rows x 64 columns, or 64 columns) of a column block
     follow each other down the rows, the column blocks follow each other."""
     md, buf, pointer = weights.layouts[0]
@@ -367,7 +338,7 @@ def _slabs(weights: api.PackedWeights) -> Optional[np.ndarray]:
         bk, bn = 1, b.inner_blks[0]
     else:
         return None
-    if rows % bk or cols % bn or b.strides != (bk * bn, rows * bn):
+    if bn != native_gemv.WIDTH or rows % bk or cols % bn or b.strides != (bk * bn, rows * bn):
         return None
     start = pointer - buf.ctypes.data
     if start + rows * cols * 4 > buf.nbytes:
@@ -384,6 +355,12 @@ def weight_memory(ctx):
 #: op types whose constants are GEMM weights, and convolution weights
 GEMM_OPS = ("MatMul", "Gemm", "FusedMatMul")
 CONV_OPS = ("Conv", "FusedConv", "NhwcConv", "ConvTranspose")
+
+
+@lru_cache(maxsize=1)
+def gemv_supported() -> bool:
+    """Whether the native one-row loop runs in this process (:func:`..native.gemv.supported`)."""
+    return native_gemv.supported()
 
 
 @lru_cache(maxsize=1)

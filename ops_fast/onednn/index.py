@@ -24,6 +24,7 @@ INDEX = {
     'dynashape.ops_fast.onednn.rowwise': (False, (
         ('', 'Gelu'),
         ('', 'LayerNormalization'),
+        ('', 'RMSNormalization'),
         ('', 'Softmax'),
         ('dynashape', 'FusedAttention'),
     )),

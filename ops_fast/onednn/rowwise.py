@@ -1,5 +1,5 @@
 """Row-wise and elementwise ops of transformers as oneDNN primitives: LayerNormalization,
-Softmax, the attention core (FusedAttention) and a standalone Gelu.
+RMSNormalization, Softmax, the attention core (FusedAttention) and a standalone Gelu.
 
 Without them a transformer's only compiled kernels besides its GEMMs would be numba loops,
 and loading numba (llvmlite) costs ~100 MB of resident memory, more than the weights of a
@@ -9,6 +9,10 @@ its primitives per input shape on first use:
 * **LayerNormalization** over the trailing axes, one output (Mean / InvStdDev asked for
   go to the next kernel): oneDNN's layer normalization with scale and shift (statistics in
   float32 over each row: the mean first, then the centred variance);
+* **RMSNormalization** over the trailing axes (a Llama's norms; opset 23, or the builtin
+  rewrite of the decomposed form): the same primitive with global statistics, a mean of 0
+  and a variance of ``mean(x ** 2)`` per row (one numpy ``einsum`` pass), and scale only
+  (``x / sqrt(mean(x ** 2) + epsilon) * scale``); oneDNN 3.2 has no RMS flag of its own;
 * **Softmax** over the last axis (opset 13+), or over the flattened trailing axes before
   opset 13: oneDNN's accurate softmax (max subtracted), in place where the output is the
   input's buffer;
@@ -21,7 +25,7 @@ its primitives per input shape on first use:
 
 A node beside QuantizeLinear / DequantizeLinear / DynamicQuantizeLinear keeps the kernels it
 had (their rounding is the one onnxruntime's kernels have). Source: ONNX LayerNormalization-17,
-Softmax-13, Gelu-20; oneDNN's layer normalization, softmax, matmul and eltwise primitives.
+RMSNormalization-23, Softmax-13, Gelu-20; oneDNN's layer normalization, softmax, matmul and eltwise primitives.
 """
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ import math
 from typing import NamedTuple, Optional
 import numpy as np
 from dynashape.ops_builtin import fusions, nn, reduction
+from dynashape.ops_builtin import normalization as builtin_normalization
 from dynashape.records import OpLibrary
 from dynashape.threads import intra_op_threads
 
@@ -41,7 +46,7 @@ F32 = np.dtype(np.float32)
 #: the fewest elements the Softmax / Gelu primitives take (below, numpy's few passes cost less than
 #: a primitive's dispatch; LayerNormalization and attention, several numpy passes each, always run oneDNN)
 MIN_ELEMENTS = 1024
-ARG_SCALE, ARG_SHIFT = 51, 52
+ARG_MEAN, ARG_VARIANCE, ARG_SCALE, ARG_SHIFT = 49, 50, 51, 52
 SOFTMAX_ACCURATE = 196608
 #: a single query row (a decode step) with fewer scores than this runs the numpy kernel: a
 #: decoder's every step is a new past length, for which oneDNN would make three primitives
@@ -49,7 +54,7 @@ SOFTMAX_ACCURATE = 196608
 #: 71 against 59 us); zoo2's KV decoders: 0.45-0.54 ms a step in a cold decoding pass, 1.5-2.4
 #: ms with the primitives
 SINGLE_QUERY_NUMPY_SCORES = 16384
-NORMALIZATION_SCALE, NORMALIZATION_SHIFT = 2, 4
+NORMALIZATION_GLOBAL_STATS, NORMALIZATION_SCALE, NORMALIZATION_SHIFT = 1, 2, 4
 
 
 def _md(a) -> api.MemoryDesc:
@@ -117,6 +122,58 @@ def _layer_norm_primitive(rows: int, inner: int, eps: float) -> api.Primitive:
                               (api.ARG_SRC, api.ARG_DST, ARG_SCALE, ARG_SHIFT), (data, data, vector, vector),
                               api.FORWARD_INFERENCE, data.handle, data.handle, None, eps,
                               NORMALIZATION_SCALE | NORMALIZATION_SHIFT, None)
+
+
+# RMSNormalization --------------------------------------------------------------------
+
+class _RmsPlan(NamedTuple):
+    axis: int
+    eps: float
+    fallback: object
+    scale: Optional[np.ndarray]   # the constant scale as the primitive reads it (None: per call)
+
+
+def _rms_accepts(ctx) -> bool:
+    return _f32_and_ready(ctx) and ctx.dtype(1) == F32 and builtin_normalization._rms_cdtype(ctx) == F32
+
+
+def _rms_prepare(ctx) -> _RmsPlan:
+    prepared = builtin_normalization._rms_prepare(ctx)
+    _, axes, eps = prepared
+    scale = ctx.value(1)
+    scale = None if scale is None else np.ascontiguousarray(scale, F32).reshape(-1)
+    return _RmsPlan(axes[0] if axes else len(ctx.shape(0)), eps, prepared, scale)
+
+
+@lib.kernel("RMSNormalization", dtypes=[np.float32], priority=PRIORITY, accepts=_rms_accepts, prepare=_rms_prepare)
+def _rms_norm(inputs, outputs, p: _RmsPlan):
+    x, y, scale = inputs[0], outputs[0], inputs[1]
+    tail = x.shape[p.axis:]
+    inner = math.prod(tail)
+    if (not x.size or not inner or not x.flags.c_contiguous or not y.flags.c_contiguous
+            or scale.size != inner or scale.ndim > len(tail)):
+        builtin_normalization._rms(inputs, outputs, p.fallback)
+        return
+    rows = x.size // inner
+    x2 = x.reshape(rows, inner)
+    stats = np.zeros((2, rows), F32)          # the mean (0) and the variance: mean(x ** 2)
+    np.einsum("ij,ij->i", x2, x2, out=stats[1])
+    stats[1] *= F32.type(1.0 / inner)
+    threads = intra_op_threads()
+    api.set_threads(threads)
+    scale = p.scale if p.scale is not None else np.ascontiguousarray(scale, F32).reshape(inner)
+    prim = api.shared(("rms_norm", rows, inner, p.eps, threads), _rms_primitive, rows, inner, p.eps)
+    prim.execute((x, y, stats[0], stats[1], scale), p)
+
+
+def _rms_primitive(rows: int, inner: int, eps: float) -> api.Primitive:
+    data = api.MemoryDesc((rows, inner), strides=(inner, 1))
+    stat = api.MemoryDesc((rows,), strides=(1,))
+    vector = api.MemoryDesc((inner,), strides=(1,))
+    return api.make_primitive("dnnl_layer_normalization_forward_primitive_desc_create",
+                              (api.ARG_SRC, api.ARG_DST, ARG_MEAN, ARG_VARIANCE, ARG_SCALE),
+                              (data, data, stat, stat, vector), api.FORWARD_INFERENCE, data.handle, data.handle,
+                              stat.handle, eps, NORMALIZATION_GLOBAL_STATS | NORMALIZATION_SCALE, None)
 
 
 # Softmax -----------------------------------------------------------------------------

@@ -276,26 +276,26 @@ def test_matmul_of_a_vector_and_of_four_dims():
 
 
 @THREADS
-@pytest.mark.parametrize("k,n", [(768, 2304), (100, 41), (5000, 70), (17, 1000)])
+@pytest.mark.parametrize("k,n", [(768, 2304), (100, 41), (5000, 70), (17, 1000), (300, 64)])
 @pytest.mark.parametrize("activation", [None, "Relu", "tanh", "LeakyRelu", "HardSigmoid"])
-@pytest.mark.parametrize("loop", [True, False, None], ids=["loop", "primitive", "measured"])
-def test_one_row_streams_the_packed_weight_through_the_column_block_loop(k, n, activation, loop, threads,
-                                                                         monkeypatch):
-    """A decode step's single row: the numba loop over the packed weight's column blocks (rows
-    and columns padded), then the bias and the activation (oneDNN's eltwise primitive of the
-    post-op, its alpha and beta too), or oneDNN's primitive, whichever the process measured
-    faster on its first weight (``loop=None``: measured here, and the answer kept); more rows
-    take oneDNN's primitive."""
+@pytest.mark.parametrize("native", [True, False], ids=["native", "primitive"])
+def test_one_row_streams_the_packed_weight_through_the_native_slab_loop(k, n, activation, native, threads,
+                                                                        monkeypatch):
+    """A decode step's single row: the native loop over the packed weight's 64-column slabs
+    (rows and columns padded, a partial last slab through scratch, the slabs split over the
+    threads) with the bias in the same pass, then the activation (oneDNN's eltwise primitive
+    of the post-op, its alpha and beta too); before the loop is loaded, oneDNN's primitive.
+    More rows take the primitive."""
     from dynashape.ops_fast.onednn import gemm
-    if gemm.gemv is None:
-        pytest.skip("numba is not installed")
-    monkeypatch.setattr(gemm, "GEMV_MIN_BYTES", 0)   # (odd small sizes too)
-    wins = {} if loop is None else {t: loop for t in range(1, 257)}
-    monkeypatch.setattr(gemm, "ONE_ROW_LOOP_WINS", wins)
-    loop_calls = []
-    run_one_row = gemm.PackedGemm._run_one_row
-    monkeypatch.setattr(gemm.PackedGemm, "_run_one_row", lambda self, *args: (loop_calls.append(1),
-                                                                                run_one_row(self, *args)))
+    if not gemm.gemv_supported():
+        pytest.skip("the native one-row loop needs x86-64 Linux with AVX2 and FMA, and llvmlite")
+    if native:
+        assert gemm.native_gemv.wait_until_ready(300), gemm.native_gemv._LOADING.failed
+    else:
+        monkeypatch.setattr(gemm.native_gemv, "ready", lambda: False)
+    calls = []
+    real = gemm.native_gemv.slab_gemv
+    monkeypatch.setattr(gemm.native_gemv, "slab_gemv", lambda *a: calls.append(a[0].shape) or real(*a))
     added = "y" if activation is None else "a"
     nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], [added])]
     if activation == "Relu":
@@ -314,15 +314,47 @@ def test_one_row_streams_the_packed_weight_through_the_column_block_loop(k, n, a
     if not onednn_blocks_weights(k, n):   # (AVX2 only: column panels, one row runs the panel loop)
         assert packed[0].slabs is None and packed[0].panels is not None
         return
-    assert packed[0].slabs is not None
-    assert packed[0].slabs.shape[1:] == (-(-k // 16) * 16, 64) and packed[0].slabs.shape[0] * 64 >= n
+    slabs = packed[0].slabs
+    if slabs is None:     # a layout other than 64-column blocks (a narrow weight): the primitive
+        assert not calls
+        return
+    assert slabs.shape[1:] == (-(-k // 16) * 16, 64) and slabs.shape[0] == -(-n // 64)
     if packed[0].plain is not None and k * n < gemm.MIN_WORK:
-        # a product too small for oneDNN runs numpy's matmul on the plain weight: neither path, nothing measured
-        assert not loop_calls and (loop is not None or not wins)
-    elif loop is None:   # the first one-row run measured both paths (the loop among them) and kept the answer
-        assert len(wins) == 1 and isinstance(next(iter(wins.values())), bool) and loop_calls
-    else:                # the one-row runs took the path the process had measured faster, and only it
-        assert bool(loop_calls) == loop
+        assert not calls      # a product too small for oneDNN runs numpy's matmul on the plain weight
+    else:
+        assert calls == ([(k,), (k,)] if native else [])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("k,n", [(1, 64), (5, 1), (16, 63), (33, 65), (768, 2304), (300, 64 * 7 + 9)])
+def test_the_native_slab_loop_sums_each_column_as_one_chain(k, n, threads, monkeypatch):
+    """``native.gemv.slab_gemv`` against float64 numpy on slabs made by hand (zero-padded rows
+    and columns), with a bias and without, a partial last slab, over 1 and 2 threads: each
+    output is the fused multiply-add chain over k in order (an exact float32 value here: the
+    weights are small integers), then the bias; K = 0 gives the bias alone."""
+    from dynashape.ops_fast.native import gemv
+    from dynashape import threads as dyn_threads
+    if not gemv.supported():
+        pytest.skip("the native one-row loop needs x86-64 Linux with AVX2 and FMA, and llvmlite")
+    assert gemv.wait_until_ready(300), gemv._LOADING.failed
+    monkeypatch.setattr(dyn_threads._run, "threads", threads, raising=False)
+    rng = np.random.default_rng(k * n)
+    w = rng.integers(-4, 5, (k, n)).astype(np.float32)
+    x = rng.integers(-4, 5, k).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    kp, nb = -(-k // 16) * 16, -(-n // 64)
+    slabs = np.zeros((nb, kp, 64), np.float32)
+    padded = np.zeros((kp, nb * 64), np.float32)
+    padded[:k, :n] = w
+    slabs[...] = padded.reshape(kp, nb, 64).transpose(1, 0, 2)
+    exact = (x.astype(np.float64) @ w.astype(np.float64)).astype(np.float32)
+    y = np.full(n, np.nan, np.float32)
+    gemv.slab_gemv(x, slabs, y)
+    np.testing.assert_array_equal(y, exact)
+    gemv.slab_gemv(x, slabs, y, bias)
+    np.testing.assert_array_equal(y, exact + bias)
+    gemv.slab_gemv(x[:0], slabs, y, bias)
+    np.testing.assert_array_equal(y, bias)
 
 
 @THREADS
@@ -722,6 +754,29 @@ def test_layer_normalization(axis, shape, bias, threads):
     feeds = [{"x": _rand(*[dims[d][k] if isinstance(d, str) else d for d in shape], scale=3.0) + 1}
              for k in range(4)]
     _check(m, feeds, ops={"LayerNormalization"}, threads=threads, rtol=1e-4, atol=1e-5)
+
+
+@THREADS
+@pytest.mark.parametrize("axis,scale_shape", [(-1, (96,)), (1, (4, 96)), (-1, (1, 96))])
+def test_rms_normalization_is_layer_normalization_with_global_statistics(axis, scale_shape, threads):
+    """oneDNN's layer normalization with a mean of 0 and a variance of mean(x^2) per row,
+    scale only, against the numpy kernel and onnxruntime through changing shapes (one row, no
+    rows); a scale with more dims than the normalized axes goes to the numpy kernel."""
+    node = helper.make_node("RMSNormalization", ["x", "scale"], ["y"], axis=axis, epsilon=1e-4)
+    m = _model([node], [("x", ["n", 4, 96])], [("scale", RNG.uniform(0.5, 1.5, scale_shape).astype(np.float32))],
+               opset=23)
+    feeds = [{"x": _rand(n, 4, 96, scale=5.0) + 3} for n in (1, 3, 0, 2)]
+    _check(m, feeds, ops={"RMSNormalization"}, threads=threads, rtol=1e-5, atol=1e-6)
+
+
+def test_rms_normalization_by_hand():
+    """A row worked by hand: the mean of the squares of 3 and 4 is 12.5."""
+    node = helper.make_node("RMSNormalization", ["x", "scale"], ["y"], epsilon=0.0)
+    m = _model([node], [("x", ["n", 2])], [("scale", np.array([1.0, 2.0], np.float32))], opset=23)
+    fast, _ = _sessions(m, 1)
+    assert {st.kernel.plugin for st in fast.program.steps} == {"onednn"}
+    (y,) = fast.run(None, {"x": np.array([[3.0, 4.0]], np.float32)})
+    np.testing.assert_allclose(y, [[3 / 12.5 ** 0.5, 8 / 12.5 ** 0.5]], rtol=1e-6)
 
 
 @pytest.mark.parametrize("opset,axis", [(13, -1), (11, 1), (13, 1)])
