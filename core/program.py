@@ -36,7 +36,7 @@ from .planner import StepSpec, lifetimes
 from .registry import Registry
 from .symbolic import as_atom, free_symbols, is_nonneg, sym
 from .symbolic_inference import BINDING, FOLDED, PLAN, STEP, SymbolicGraph, infer_symbolic
-from .weights import release_view
+from .weights import aligned_copy, release_view
 
 __all__ = ["Program", "Segment", "Step", "OutSpec", "NONE", "ARENA", "FRESH", "FBLOCK", "DEEP", "copy_value"]
 
@@ -210,6 +210,7 @@ class Program:
     def _make_steps(self) -> None:
         sg, pg = self.sg, self.pg
         self._readers = self._unpacked_readers()
+        self._readers_of: Optional[dict] = None
         t = 0
         for seg in self.segments:
             for idx in seg.nodes:
@@ -238,6 +239,8 @@ class Program:
                     # outer-scope values that are constants here are compiled into the subgraphs
                     seg.binding_inputs.append(pn.inputs + tuple(i for i in pn.implicit if self.template[i] is None))
         self.n_steps = t
+        for slot in list(pg.constants):
+            self._align_constant(slot)
 
     def _prepack(self, idx: int, kernel, ctx) -> Any:
         """What ``kernel.prepack`` makes of the node's constant inputs (None when the kernel
@@ -259,6 +262,9 @@ class Program:
             value = ctx.value(j)
             if value is None or value.dtype == object:
                 return None
+        for j in kernel.prepack_inputs:
+            if j < len(slots) and slots[j] >= 0:
+                self._align_constant(slots[j])
         packed = kernel.prepack(ctx)
         if packed is not None:
             self.pg.prepacked[idx] = (kernel, packed)
@@ -296,15 +302,43 @@ class Program:
         if left > 0 or slot in pg.packed_away or value is None:
             return
         release_view(value)
-        stand_in = pg.constants[slot] = np.broadcast_to(np.zeros((), value.dtype), value.shape)
         pg.packed_away.add(slot)
         pg.graph.release({pg.names[slot]})
-        self.template[slot] = None
-        self.sg.values[slot] = stand_in
-        for idx, pn in enumerate(pg.nodes):   # the symbolic contexts kept for the steps
-            if slot in pn.inputs:
-                ctx = self.sg.contexts[idx]
-                ctx.input_values = [stand_in if i == slot else v for i, v in zip(pn.inputs, ctx.input_values)]
+        self._replace_constant(slot, np.broadcast_to(np.zeros((), value.dtype), value.shape), None)
+
+    def _align_constant(self, slot: int) -> None:
+        """Constant ``slot`` as an aligned copy where it is a view of the model's bytes that is
+        not aligned for its dtype (:func:`.weights.array_from_region` leaves a large one so:
+        protobuf places raw data at any offset). Done where a kernel first needs it, as late
+        as possible: before a prepack reads it, else once every step is made, so that a weight
+        waits as untouched file pages until then and the copies of the weights a packed form
+        replaces never stand together (a Llama's tied embedding and LM head: one at a time)."""
+        value = self.pg.constants.get(slot)
+        if value is None or value.flags.aligned:
+            return
+        copy = aligned_copy(value)
+        self._replace_constant(slot, copy, copy if self.template[slot] is value else self.template[slot])
+
+    def _replace_constant(self, slot: int, value: np.ndarray, template) -> None:
+        """``value`` in place of constant ``slot`` in the prepared graph, the symbolic values and
+        the symbolic contexts kept for the steps; ``template``: the value template's entry."""
+        pg = self.pg
+        pg.constants[slot] = value
+        self.template[slot] = template
+        self.sg.values[slot] = value
+        for idx in self._constant_readers().get(slot, ()):
+            pn, ctx = pg.nodes[idx], self.sg.contexts[idx]
+            ctx.input_values = [value if i == slot else v for i, v in zip(pn.inputs, ctx.input_values)]
+
+    def _constant_readers(self) -> dict:
+        """Per constant slot, the nodes that have it among their inputs (made on first use)."""
+        if self._readers_of is None:
+            self._readers_of = {}
+            for idx, pn in enumerate(self.pg.nodes):
+                for i in pn.inputs:
+                    if i in self.pg.constants:
+                        self._readers_of.setdefault(i, []).append(idx)
+        return self._readers_of
 
     def _scratch_slots(self, idx: int, kernel) -> tuple:
         """Slots for the kernel's scratch buffers (shapes traced symbolically), or ()."""

@@ -35,7 +35,7 @@ from .dtypes import np_dtype
 from .errors import ModelLoadError
 
 __all__ = ["Scan", "WireFormatError", "scan_model", "plain_dtype", "map_file", "array_from_region",
-           "release_pages", "LITTLE_ENDIAN"]
+           "release_pages", "release_view", "aligned_copy", "LITTLE_ENDIAN"]
 
 #: ONNX raw data is little-endian; on a big-endian machine every tensor takes onnx's path
 LITTLE_ENDIAN = sys.byteorder == "little"
@@ -292,6 +292,26 @@ def release_view(arr: np.ndarray) -> None:
     release_pages(buf, arr.ctypes.data - start, arr.nbytes)
 
 
+
+#: bytes an aligned copy of a mapped view takes at a time (the source pages it read are released after each)
+COPY_CHUNK_BYTES = 8 << 20
+
+
+def aligned_copy(arr: np.ndarray) -> np.ndarray:
+    """A read-only, aligned, C-contiguous copy of ``arr`` (C-contiguous). Where ``arr`` is a
+    view of a memory map, the copy goes in chunks of :data:`COPY_CHUNK_BYTES` and the mapped
+    pages each chunk read are released after it (:func:`release_view`): the process holds the
+    copy and at most a chunk of the file's pages, not both whole."""
+    out = np.empty(arr.shape, arr.dtype)
+    src, dst = arr.reshape(-1), out.reshape(-1)
+    step = max(1, COPY_CHUNK_BYTES // max(1, arr.itemsize))
+    for start in range(0, src.size, step):
+        dst[start:start + step] = src[start:start + step]
+        release_view(src[start:start + step])
+    release_view(arr)
+    out.flags.writeable = False
+    return out
+
 #: tensors below this size are copied out of a mapped file rather than viewed
 VIEW_MIN_BYTES = 1 << 20
 
@@ -299,11 +319,13 @@ VIEW_MIN_BYTES = 1 << 20
 def array_from_region(buf: Buffer, offset: int, length: int, dtype: np.dtype, dims: tuple,
                       copy: bool = False) -> np.ndarray:
     """The read-only array of ``length`` bytes of little-endian ``dtype`` elements at
-    ``offset`` of ``buf``, reshaped to ``dims``: a view of ``buf`` where the data is aligned
-    for ``dtype``, ``copy`` is False and the tensor is at least :data:`VIEW_MIN_BYTES` (a
-    small tensor is copied: a read of a view maps the page-cache folio around it, up to 2 MB
-    where the file system caches in huge pages), else an aligned copy (then the mapped pages
-    it covered are released, :func:`release_pages`).
+    ``offset`` of ``buf``, reshaped to ``dims``: a view of ``buf`` where ``copy`` is False and
+    the tensor is at least :data:`VIEW_MIN_BYTES` (a small tensor is copied: a read of a view
+    maps the page-cache folio around it, up to 2 MB where the file system caches in huge
+    pages), else an aligned copy (then the mapped pages it covered are released,
+    :func:`release_pages`). The view may be unaligned for ``dtype`` (protobuf puts raw data at
+    any offset; ``flags.aligned`` says): the program makes its aligned copy where a kernel
+    first needs it (``core.program.Program``), after the packed forms that replace others.
 
     Raises:
         ValueError: ``length`` is not a multiple of the element size, or the elements do not
@@ -312,7 +334,7 @@ def array_from_region(buf: Buffer, offset: int, length: int, dtype: np.dtype, di
     if length % dtype.itemsize:
         raise ValueError("buffer size must be a multiple of element size")
     arr = np.frombuffer(buf, dtype=dtype, count=length // dtype.itemsize, offset=offset).reshape(dims)
-    if copy or not arr.flags.aligned or length < VIEW_MIN_BYTES:
+    if copy or length < VIEW_MIN_BYTES:
         arr = arr.copy()
         release_pages(buf, offset, length)
     arr.flags.writeable = False

@@ -1,5 +1,6 @@
 """Weights held once (dynashape.weights, dynashape.model.load_model): initializers read from a
-path or bytes are views of the model's bytes (aligned data) or aligned copies, bit-equal to
+path or bytes are views of the model's bytes (at any offset; a program makes the aligned copy of
+an unaligned one where a kernel first needs it) or copies (small tensors), bit-equal to
 onnx.numpy_helper.to_array for every element type, read-only; the ModelProto kept holds no
 initializer data; a session drops the weights no node reads after folding."""
 from __future__ import annotations
@@ -92,10 +93,11 @@ def _assert_bit_equal(got: np.ndarray, want: np.ndarray) -> None:
 @pytest.mark.parametrize("name", sorted(RAW_DTYPES))
 def test_raw_data_initializers_are_bit_equal_to_onnx_at_every_offset(name, tmp_path):
     """Eight prefix lengths put the raw_data at every offset modulo 8: each array equals
-    to_array's bit for bit from a path, bytes and the ModelProto; from a path, aligned
-    offsets give views of the file and the others aligned copies; all are read-only."""
+    to_array's bit for bit from a path, bytes and the ModelProto; from a path every offset
+    gives a view (an unaligned one flagged so: the program copies it where a kernel needs it),
+    a copy is aligned; all are read-only."""
     dtype = np.dtype(RAW_DTYPES[name])
-    views, copies = 0, 0
+    aligned = unaligned = 0
     for shift in range(8):
         tensor = numpy_helper.from_array(_values(dtype, (3, 5)), "w")
         assert tensor.HasField("raw_data")
@@ -103,14 +105,16 @@ def test_raw_data_initializers_are_bit_equal_to_onnx_at_every_offset(name, tmp_p
         for source, arrays in _loaded(_prefixed(tensor, shift), tmp_path).items():
             got = arrays["w"]
             _assert_bit_equal(got, want)
-            assert not got.flags.writeable and got.flags.aligned, (source, shift)
+            assert not got.flags.writeable, (source, shift)
+            if got.flags.owndata:
+                assert got.flags.aligned, (source, shift)
             if source == "path":
-                views += not got.flags.owndata
-                copies += got.flags.owndata
-    assert views >= 8 // dtype.alignment
-    assert copies == 8 - views
+                assert not got.flags.owndata, shift
+                aligned += got.flags.aligned
+                unaligned += not got.flags.aligned
+    assert aligned >= 8 // dtype.alignment and aligned + unaligned == 8
     if dtype.alignment > 1:
-        assert copies > 0
+        assert unaligned > 0
 
 
 @pytest.mark.parametrize("shape", [(), (0,), (4, 0, 3), (1,)], ids=["scalar", "empty", "empty-3d", "one"])
@@ -170,32 +174,32 @@ def test_a_bytearray_or_memoryview_is_copied_so_later_changes_do_not_reach_the_a
         data[:] = _prefixed(numpy_helper.from_array(w, "w"), 4).SerializeToString()
 
 
-def test_bytes_are_viewed_where_aligned_unless_the_views_would_keep_a_mostly_copied_buffer(tmp_path):
-    """From ``bytes``, aligned raw_data is viewed and the rest copied; when the views would
-    cover less than half of the buffer (which they keep alive), they are copied too. From a
-    path the same small aligned tensor stays a view (the map's other pages are released)."""
+def test_bytes_are_viewed_at_any_offset(tmp_path):
+    """From ``bytes``, raw_data is viewed at every offset (flagged unaligned where it is); a
+    session on such a model runs on aligned copies the program makes (the values unchanged)."""
     big = _values(np.float32, (256, 256))
     for shift in range(4):
         data = _prefixed(numpy_helper.from_array(big, "w"), shift).SerializeToString()
         offset, _ = scan_model(data).regions[1]
         arr = load_model(data).graph.initializers["w"]
-        assert arr.flags.owndata == (offset % 4 != 0), shift     # bytes' own data is 16-byte aligned
+        assert not arr.flags.owndata and arr.flags.aligned == (offset % 4 == 0), shift
         np.testing.assert_array_equal(arr, big)
-    small = _values(np.float32, (4,))
-    for shift in range(16):
-        prefix = numpy_helper.from_array(np.zeros(shift, np.uint8), "prefix")
-        model = _model([prefix, numpy_helper.from_array(small, "s"), numpy_helper.from_array(big, "w")])
-        data = model.SerializeToString()
-        (small_at, _), (big_at, _) = scan_model(data).regions[1:]
-        if small_at % 4 == 0 and big_at % 4:
-            break
-    else:
-        pytest.fail("no prefix length gives an aligned small and a misaligned big tensor")
+
+
+@pytest.mark.default_view_threshold
+def test_views_that_would_keep_a_mostly_copied_buffer_are_copied(tmp_path):
+    """From ``bytes``, views keep the whole buffer alive: where they would cover less than half
+    of it (the rest small tensors, copied), they are copied too. From a path the same large
+    tensor stays a view (the map's other pages are released)."""
+    smalls = [numpy_helper.from_array(_values(np.float32, (192, 1024)), f"s{i}") for i in range(4)]   # 0.75 MiB
+    large = _values(np.float32, (1 << 18) + 1)                                                          # > 1 MiB
+    data = _model(smalls + [numpy_helper.from_array(large, "w")]).SerializeToString()
     inits = load_model(data).graph.initializers
-    assert inits["s"].flags.owndata and inits["w"].flags.owndata
+    assert all(a.flags.owndata and a.flags.aligned for a in inits.values())
+    np.testing.assert_array_equal(inits["w"], large)
     path = tmp_path / "m.onnx"
     path.write_bytes(data)
-    assert not load_model(str(path)).graph.initializers["s"].flags.owndata
+    assert not load_model(str(path)).graph.initializers["w"].flags.owndata
 
 
 def _mapped_rss_kb(path) -> int:
@@ -213,29 +217,59 @@ def _mapped_rss_kb(path) -> int:
 
 @pytest.mark.skipif(not hasattr(mmap, "MADV_DONTNEED") or not os.path.exists("/proc/self/smaps"),
                     reason="needs madvise and /proc/self/smaps")
-def test_mapped_pages_of_a_copied_tensor_are_released(tmp_path):
-    """A misaligned tensor read from a path is copied, then the pages of the map it covered
-    leave the process: the mapping stays resident only around the other (viewed) tensors.
-    (Whether a view's pages are resident is the kernel's business: fault-around and large
-    page-cache folios map them early.)"""
+def test_mapped_pages_of_a_copied_tensor_are_released(tmp_path, monkeypatch):
+    """A tensor read from a path and copied (one under VIEW_MIN_BYTES), and the aligned copy
+    of an unaligned view (``weights.aligned_copy``, in chunks): the pages of the map it
+    covered leave the process, the mapping stays resident only around the other (viewed)
+    tensors. (Whether a view's pages are resident is the kernel's business: fault-around and
+    large page-cache folios map them early.)"""
     w = _values(np.float32, (512, 512))         # 1 MiB, 256 pages
-    for shift in range(4):
-        path = tmp_path / f"m{shift}.onnx"
-        path.write_bytes(_prefixed(numpy_helper.from_array(w, "w"), shift).SerializeToString())
-        model = load_model(str(path))
-        arr = model.graph.initializers["w"]
-        if arr.flags.owndata:
-            break
-    assert arr.flags.owndata and not model.graph.initializers["prefix"].flags.owndata   # the prefix maps the file
+    path = tmp_path / "m.onnx"
+    monkeypatch.setattr(weights, "VIEW_MIN_BYTES", 2 << 20)
+    path.write_bytes(_prefixed(numpy_helper.from_array(w, "w"), 64).SerializeToString())
+    model = load_model(str(path))
+    arr = model.graph.initializers["w"]
+    assert arr.flags.owndata and arr.flags.aligned
     np.testing.assert_array_equal(arr, w)
     assert _mapped_rss_kb(path) < 64, _mapped_rss_kb(path)
+    monkeypatch.setattr(weights, "VIEW_MIN_BYTES", 0)
+    monkeypatch.setattr(weights, "COPY_CHUNK_BYTES", 64 << 10)      # (16 chunks)
     for shift in range(4):
         path = tmp_path / f"v{shift}.onnx"
         path.write_bytes(_prefixed(numpy_helper.from_array(w, "w"), shift).SerializeToString())
         viewed = load_model(str(path)).graph.initializers["w"]
-        if not viewed.flags.owndata:
+        if not viewed.flags.aligned:
             break
-    assert not viewed.flags.owndata and viewed.tobytes() == w.tobytes()    # an aligned one is not copied
+    assert not viewed.flags.owndata and not viewed.flags.aligned and viewed.tobytes() == w.tobytes()
+    assert _mapped_rss_kb(path) >= 1000               # (the view read: its pages mapped)
+    copy = weights.aligned_copy(viewed)
+    assert copy.flags.owndata and copy.flags.aligned and not copy.flags.writeable
+    np.testing.assert_array_equal(copy, w)
+    assert _mapped_rss_kb(path) < 64, _mapped_rss_kb(path)
+
+
+def test_a_session_copies_unaligned_weights_where_its_kernels_read_them(tmp_path):
+    """A model read from a path with its weights at unaligned offsets: they load as views;
+    the session's program holds aligned copies of what its kernels read (a Gather's table, a
+    MatMul's weight, or the packed form that replaces it) and its outputs equal onnxruntime's."""
+    table, weight = (RNG.standard_normal(shape).astype(np.float32) for shape in ((300, 64), (64, 96)))
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["e"]), helper.make_node("MatMul", ["e", "w"], ["y"])]
+    for shift in range(4):
+        model = _model([numpy_helper.from_array(np.zeros(shift, np.uint8), "prefix"),
+                        numpy_helper.from_array(table, "table"), numpy_helper.from_array(weight, "w")], nodes,
+                       [helper.make_tensor_value_info("ids", TensorProto.INT64, ["n"])])
+        path = tmp_path / f"m{shift}.onnx"
+        path.write_bytes(model.SerializeToString())
+        inits = load_model(str(path)).graph.initializers
+        if not inits["table"].flags.aligned and not inits["w"].flags.aligned:
+            break
+    else:
+        pytest.fail("no prefix length puts both weights at unaligned offsets")
+    sess = ds.InferenceSession(str(path))
+    constants = [v for v in sess.program.template if isinstance(v, np.ndarray) and v.size > 1]
+    assert constants and all(v.flags.aligned for v in constants)
+    ids = np.array([0, 299, 7, 7], np.int64)
+    np.testing.assert_allclose(sess.run(None, {"ids": ids})[0], ort_run(model, {"ids": ids})[0], rtol=1e-5, atol=1e-5)
 
 
 def test_plain_dtypes_exclude_strings_and_packed_types():
@@ -309,7 +343,7 @@ def test_garbage_or_empty_files_give_the_errors_onnx_parsing_gave(content, words
 # --- external data -------------------------------------------------------------------------
 
 
-def test_external_data_is_mapped_views_where_aligned_copies_elsewhere(tmp_path):
+def test_external_data_is_mapped_views_at_any_offset(tmp_path):
     a, b = _values(np.float32, (16, 16)), _values(np.int64, (7,))
     (tmp_path / "data.bin").write_bytes(a.tobytes() + b"\0" * 3 + b.tobytes())
     tensors = []
@@ -328,8 +362,9 @@ def test_external_data_is_mapped_views_where_aligned_copies_elsewhere(tmp_path):
         inits = load_model(source, external_data_dir=None if isinstance(source, str) else tmp_path).graph.initializers
         _assert_bit_equal(inits["a"], a)
         _assert_bit_equal(inits["b"], b)
-        assert not inits["a"].flags.owndata and inits["b"].flags.owndata      # offset 0 viewed, 1027 copied
-        assert not inits["a"].flags.writeable and not inits["b"].flags.writeable and inits["b"].flags.aligned
+        assert not inits["a"].flags.owndata and not inits["b"].flags.owndata      # offsets 0 and 1027 viewed
+        assert not inits["a"].flags.writeable and not inits["b"].flags.writeable
+        assert inits["a"].flags.aligned and not inits["b"].flags.aligned
     assert model.graph.initializer[0].data_location == TensorProto.EXTERNAL       # the caller's proto untouched
 
 
