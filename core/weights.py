@@ -292,7 +292,6 @@ def release_view(arr: np.ndarray) -> None:
     release_pages(buf, arr.ctypes.data - start, arr.nbytes)
 
 
-
 #: bytes an aligned copy of a mapped view takes at a time (the source pages it read are released after each)
 COPY_CHUNK_BYTES = 8 << 20
 
@@ -311,6 +310,7 @@ def aligned_copy(arr: np.ndarray) -> np.ndarray:
     release_view(arr)
     out.flags.writeable = False
     return out
+
 
 #: tensors below this size are copied out of a mapped file rather than viewed
 VIEW_MIN_BYTES = 1 << 20

@@ -147,7 +147,7 @@ class PackedGemm:
             # on every call): the weight in column panels, for the native loop, at every row count
             self.panels = _pack_panels(np.asarray(weight, dtype=F32), allocate)
             self._address = self.panels.ctypes.data
-            self.slabs = None
+            self.plain = self.slabs = None     # (every row count runs the panels)
             return
         self.weights = api.PackedWeights(api.MemoryDesc((self.k, self.n), strides=(self.n, 1)),
                                          np.ascontiguousarray(weight, dtype=F32), chosen, allocate)
