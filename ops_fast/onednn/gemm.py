@@ -155,6 +155,7 @@ class PackedGemm:
         self.slabs = _slabs(self.weights) if gemv_supported() else None
         if self.slabs is not None:
             self._address = self.slabs.ctypes.data
+            native_gemv.ready()       # (starts loading the loop now, off the first run's path)
         # a row-major packed weight (no numba for the panels) is also what numpy's BLAS reads: few rows run there
         self.row_major = _row_major(self.weights)
         if self.row_major is not None:
