@@ -10,8 +10,8 @@ caches, 32 GB/s against 16 for onnxruntime's MLAS and 13 for oneDNN's M = 1 brge
 same packed copy (numba's eight-stream loop over the slabs: 19); gpt2's 768 x 3072 in the
 caches 82 against 70 for oneDNN. Compiled once per machine and mapped without LLVM
 (:mod:`.machine_code`): no numba in the process for it. The first call of :func:`ready`
-loads (or builds, ~2 s, in a child process) in a background thread; until then the caller
-runs oneDNN's primitive. Threads (``intra_op_threads``): the slabs split over a team of the
+(the GEMM kernel's prepack of a weight the loop can read) loads it (or builds it, ~2 s, in a
+child process) in a background thread; until then the caller runs oneDNN's primitive. Threads (``intra_op_threads``): the slabs split over a team of the
 OpenMP runtime oneDNN runs on.
 """
 from __future__ import annotations
