@@ -211,6 +211,11 @@ class Program:
         sg, pg = self.sg, self.pg
         self._readers = self._unpacked_readers()
         self._readers_of: Optional[dict] = None
+        runs = [idx for seg in self.segments for idx in seg.nodes if sg.status[idx] in (STEP, PLAN)]
+        for idx in runs:      # every prepack first, then the aligned copies of the rest, then prepare
+            sg.contexts[idx].prepacked = self._prepack(idx, sg.kernels[idx], sg.contexts[idx])
+        for slot in list(pg.constants):
+            self._align_constant(slot)
         t = 0
         for seg in self.segments:
             for idx in seg.nodes:
@@ -219,7 +224,7 @@ class Program:
                     pn = pg.nodes[idx]
                     kernel = sg.kernels[idx]
                     ctx = sg.contexts[idx]
-                    ctx.prepacked = packed = self._prepack(idx, kernel, ctx)
+                    packed = ctx.prepacked
                     inputs = tuple(pn.all_inputs)
                     if packed is not None:
                         inputs = tuple(-1 if j in kernel.prepack_inputs else i for j, i in enumerate(inputs))
@@ -239,8 +244,6 @@ class Program:
                     # outer-scope values that are constants here are compiled into the subgraphs
                     seg.binding_inputs.append(pn.inputs + tuple(i for i in pn.implicit if self.template[i] is None))
         self.n_steps = t
-        for slot in list(pg.constants):
-            self._align_constant(slot)
 
     def _prepack(self, idx: int, kernel, ctx) -> Any:
         """What ``kernel.prepack`` makes of the node's constant inputs (None when the kernel
@@ -310,9 +313,10 @@ class Program:
         """Constant ``slot`` as an aligned copy where it is a view of the model's bytes that is
         not aligned for its dtype (:func:`.weights.array_from_region` leaves a large one so:
         protobuf places raw data at any offset). Done where a kernel first needs it, as late
-        as possible: before a prepack reads it, else once every step is made, so that a weight
-        waits as untouched file pages until then and the copies of the weights a packed form
-        replaces never stand together (a Llama's tied embedding and LM head: one at a time)."""
+        as possible: before a prepack reads it, else once every prepack is done (before any
+        ``prepare``, which may keep the array), so that a weight waits as untouched file pages
+        until then and the copies of the weights a packed form replaces never stand together
+        (a Llama's tied embedding and LM head: one at a time)."""
         value = self.pg.constants.get(slot)
         if value is None or value.flags.aligned:
             return

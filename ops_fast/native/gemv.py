@@ -11,8 +11,8 @@ same packed copy (numba's eight-stream loop over the slabs: 19); gpt2's 768 x 30
 caches 82 against 70 for oneDNN. Compiled once per machine and mapped without LLVM
 (:mod:`.machine_code`): no numba in the process for it. The first call of :func:`ready`
 (the GEMM kernel's prepack of a weight the loop can read) loads it (or builds it, ~2 s, in a
-child process) in a background thread; until then the caller runs oneDNN's primitive. Threads (``intra_op_threads``): the slabs split over a team of the
-OpenMP runtime oneDNN runs on.
+child process) in a background thread; until then the caller runs oneDNN's primitive.
+Threads (``intra_op_threads``): the slabs split over a team of the OpenMP runtime oneDNN runs on.
 """
 from __future__ import annotations
 
