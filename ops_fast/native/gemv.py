@@ -16,7 +16,6 @@ Threads (``intra_op_threads``): the slabs split over a team of the OpenMP runtim
 """
 from __future__ import annotations
 
-import ctypes
 from typing import Optional
 
 import numpy as np
@@ -24,8 +23,7 @@ import numpy as np
 from dynashape.threads import intra_op_threads
 
 from ..common import address as data_address
-from ..tiering import BackgroundStart
-from . import openmp
+from .loader import NativeCode, supported
 
 __all__ = ["WIDTH", "supported", "ready", "wait_until_ready", "slab_gemv"]
 
@@ -36,33 +34,19 @@ FUNCTIONS = {"dyn_slab_gemv": 8, "dyn_parallel": 1}
 #: the i64 values ``dyn_parallel``'s argument points at
 PARALLEL_ARGS = 9
 
-_native: dict = {}
-
-
-def supported() -> bool:
-    """Whether the native loop can run here (:func:`.machine_code.supported`)."""
-    from . import machine_code
-    return machine_code.supported()
-
-
-def _load() -> None:
-    from . import machine_code
-    addresses = machine_code.built_functions(f"{__package__}.gemv_ir", FUNCTIONS, depends=(__file__,))
-    _native["slab_gemv"] = ctypes.CFUNCTYPE(None, *([ctypes.c_int64] * 8))(addresses["dyn_slab_gemv"])
-    _native["team"] = openmp.team(addresses["dyn_parallel"], PARALLEL_ARGS - 2)
-
-
-_LOADING = BackgroundStart("the native one-row GEMM", _load)
+_CODE = NativeCode("the native one-row GEMM", f"{__package__}.gemv_ir", FUNCTIONS, PARALLEL_ARGS,
+                   depends=(__file__,))
+_LOADING = _CODE.loading
 
 
 def ready() -> bool:
     """Whether :func:`slab_gemv` may be called now (the first call starts loading it)."""
-    return _LOADING.is_ready or _LOADING.ready()
+    return _CODE.ready()
 
 
 def wait_until_ready(timeout: float | None = None) -> bool:
     """Load the native code now if nothing has, and wait until it is; True when it is."""
-    return _LOADING.wait(timeout)
+    return _CODE.wait(timeout)
 
 
 def slab_gemv(x: np.ndarray, slabs: np.ndarray, y: np.ndarray, bias: Optional[np.ndarray] = None,
@@ -79,7 +63,7 @@ def slab_gemv(x: np.ndarray, slabs: np.ndarray, y: np.ndarray, bias: Optional[np
     full = n // WIDTH
     px, ps, py = data_address(x), address or slabs.ctypes.data, data_address(y)
     pb = 0 if bias is None else data_address(bias)
-    gemv, team = _native["slab_gemv"], _native["team"]
+    gemv, team = _CODE.call["dyn_slab_gemv"], _CODE.team
     threads = min(intra_op_threads(), full)
     if threads > 1 and team is not None:
         team([px, ps, k, kp, py, pb, full], threads)

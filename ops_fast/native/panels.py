@@ -13,15 +13,13 @@ groups and panels split over a team of the OpenMP runtime oneDNN runs on.
 """
 from __future__ import annotations
 
-import ctypes
 
 import numpy as np
 
 from dynashape.threads import intra_op_threads
 
 from ..common import address as data_address
-from ..tiering import BackgroundStart
-from . import openmp
+from .loader import NativeCode, supported
 
 __all__ = ["WIDTH", "MAX_ROWS", "K_BLOCK", "M_BLOCK", "ROW_PANELS", "supported", "ready", "wait_until_ready",
            "panel_gemm"]
@@ -44,34 +42,18 @@ FUNCTIONS = {"dyn_panels": 9, "dyn_row_panels": 6, "dyn_parallel": 1}
 #: the i64 values ``dyn_parallel``'s argument points at
 PARALLEL_ARGS = 12
 
-_native: dict = {}
-
-
-def supported() -> bool:
-    """Whether the native loop can run here (:func:`.machine_code.supported`)."""
-    from . import machine_code
-    return machine_code.supported()
-
-
-def _load() -> None:
-    from . import machine_code
-    addresses = machine_code.built_functions(f"{__package__}.panels_ir", FUNCTIONS, depends=(__file__,))
-    for name in ("dyn_panels", "dyn_row_panels"):
-        _native[name] = ctypes.CFUNCTYPE(None, *([ctypes.c_int64] * FUNCTIONS[name]))(addresses[name])
-    _native["team"] = openmp.team(addresses["dyn_parallel"], PARALLEL_ARGS - 2)
-
-
-_LOADING = BackgroundStart("the native panel GEMM", _load)
+_CODE = NativeCode("the native panel GEMM", f"{__package__}.panels_ir", FUNCTIONS, PARALLEL_ARGS, depends=(__file__,))
+_LOADING = _CODE.loading
 
 
 def ready() -> bool:
     """Whether :func:`panel_gemm` may be called now (the first call starts loading it)."""
-    return _LOADING.is_ready or _LOADING.ready()
+    return _CODE.ready()
 
 
 def wait_until_ready(timeout: float | None = None) -> bool:
     """Load the native code now if nothing has, and wait until it is; True when it is."""
-    return _LOADING.wait(timeout)
+    return _CODE.wait(timeout)
 
 
 def panel_gemm(a: np.ndarray, panels: np.ndarray, c: np.ndarray, address: int = 0) -> None:
@@ -91,7 +73,7 @@ def panel_gemm(a: np.ndarray, panels: np.ndarray, c: np.ndarray, address: int = 
     groups = (full // ROW_PANELS) if m == 1 else 0
     first = groups * ROW_PANELS
     threads = min(intra_op_threads(), full - first + groups)
-    rows, tiles, team = _native["dyn_row_panels"], _native["dyn_panels"], _native["team"]
+    rows, tiles, team = _CODE.call["dyn_row_panels"], _CODE.call["dyn_panels"], _CODE.team
     if threads > 1 and team is not None:
         team([pa, lda, pp, k, pc, ldc, m, groups, first, full], threads)
     else:

@@ -71,8 +71,8 @@ class _NormPlan(NamedTuple):
     axis: int
     eps: float
     fallback: object
-    scale: Optional[np.ndarray]   # the constant scale and shift as the primitive reads them (None: per call)
-    shift: Optional[np.ndarray]
+    scale: Optional[np.ndarray]   # the constant scale and shift as the primitive reads them (None: per call;
+    shift: Optional[np.ndarray]   # RMSNormalization has no shift)
 
 
 def _layer_norm_accepts(ctx) -> bool:
@@ -126,27 +126,20 @@ def _layer_norm_primitive(rows: int, inner: int, eps: float) -> api.Primitive:
 
 # RMSNormalization --------------------------------------------------------------------
 
-class _RmsPlan(NamedTuple):
-    axis: int
-    eps: float
-    fallback: object
-    scale: Optional[np.ndarray]   # the constant scale as the primitive reads it (None: per call)
-
-
 def _rms_accepts(ctx) -> bool:
     return _f32_and_ready(ctx) and ctx.dtype(1) == F32 and builtin_normalization._rms_cdtype(ctx) == F32
 
 
-def _rms_prepare(ctx) -> _RmsPlan:
+def _rms_prepare(ctx) -> _NormPlan:
     prepared = builtin_normalization._rms_prepare(ctx)
     _, axes, eps = prepared
     scale = ctx.value(1)
     scale = None if scale is None else np.ascontiguousarray(scale, F32).reshape(-1)
-    return _RmsPlan(axes[0] if axes else len(ctx.shape(0)), eps, prepared, scale)
+    return _NormPlan(axes[0] if axes else len(ctx.shape(0)), eps, prepared, scale, None)
 
 
 @lib.kernel("RMSNormalization", dtypes=[np.float32], priority=PRIORITY, accepts=_rms_accepts, prepare=_rms_prepare)
-def _rms_norm(inputs, outputs, p: _RmsPlan):
+def _rms_norm(inputs, outputs, p: _NormPlan):
     x, y, scale = inputs[0], outputs[0], inputs[1]
     tail = x.shape[p.axis:]
     inner = math.prod(tail)

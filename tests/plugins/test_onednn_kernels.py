@@ -328,10 +328,10 @@ def test_one_row_streams_the_packed_weight_through_the_native_slab_loop(k, n, ac
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("k,n", [(1, 64), (5, 1), (16, 63), (33, 65), (768, 2304), (300, 64 * 7 + 9)])
 def test_the_native_slab_loop_sums_each_column_as_one_chain(k, n, threads, monkeypatch):
-    """``native.gemv.slab_gemv`` against float64 numpy on slabs made by hand (zero-padded rows
-    and columns), with a bias and without, a partial last slab, over 1 and 2 threads: each
-    output is the fused multiply-add chain over k in order (an exact float32 value here: the
-    weights are small integers), then the bias; K = 0 gives the bias alone."""
+    """``native.gemv.slab_gemv`` on slabs made by hand (zero-padded rows and columns), with a
+    bias and without, a partial last slab, over 1 and 2 threads: small integers give the exact
+    sums; random values give, bit for bit, each column's fused multiply-add chain over k in
+    order, then the bias; K = 0 gives the bias alone."""
     from dynashape.ops_fast.native import gemv
     from dynashape import threads as dyn_threads
     if not gemv.supported():
@@ -355,6 +355,15 @@ def test_the_native_slab_loop_sums_each_column_as_one_chain(k, n, threads, monke
     np.testing.assert_array_equal(y, exact + bias)
     gemv.slab_gemv(x[:0], slabs, y, bias)
     np.testing.assert_array_equal(y, bias)
+    w = RNG.standard_normal((k, n)).astype(np.float32)       # non-integer values: the order of the sums shows
+    x = RNG.standard_normal(k).astype(np.float32)
+    padded[:k, :n] = w
+    slabs[...] = padded.reshape(kp, nb, 64).transpose(1, 0, 2)
+    chain = np.zeros(n, np.float32)
+    for xk, row in zip(x, w):   # fma(x[k], w[k], chain) in float32: the float64 product of two float32 is exact
+        chain = (np.float64(xk) * row.astype(np.float64) + chain.astype(np.float64)).astype(np.float32)
+    gemv.slab_gemv(x, slabs, y, bias)
+    np.testing.assert_array_equal(y, chain + bias)
 
 
 @THREADS
