@@ -1,7 +1,9 @@
 """Element types: ONNX ``TensorProto`` data types and their numpy dtypes.
 
 bfloat16, the float8/float6/float4 variants and int4/uint4/int2/uint2 are the
-``ml_dtypes`` types (through ``onnx.helper.tensor_dtype_to_np_dtype``).
+``ml_dtypes`` types, the ones ``onnx.helper.tensor_dtype_to_np_dtype`` gives; ``ml_dtypes`` is
+imported when one of them is first asked for (its import costs ~0.6 s on the machines we
+measure: a model of numpy's types never pays it).
 """
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from functools import lru_cache
 from typing import Any, Optional
 
 import numpy as np
-from onnx import TensorProto, helper
+from .onnx_proto import TensorProto, native_dtype
 
 __all__ = [
     "np_dtype",
@@ -65,17 +67,30 @@ _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
 
 
+#: the ml_dtypes type of each low-precision element type (onnx.helper's mapping)
+_ML_DTYPE_NAMES = {getattr(TensorProto, elem): name for elem, name in (
+    ("BFLOAT16", "bfloat16"), ("FLOAT8E4M3FN", "float8_e4m3fn"), ("FLOAT8E4M3FNUZ", "float8_e4m3fnuz"),
+    ("FLOAT8E5M2", "float8_e5m2"), ("FLOAT8E5M2FNUZ", "float8_e5m2fnuz"), ("UINT4", "uint4"), ("INT4", "int4"),
+    ("FLOAT4E2M1", "float4_e2m1fn"), ("FLOAT8E8M0", "float8_e8m0fnu"), ("UINT2", "uint2"), ("INT2", "int2"),
+    ("FLOAT6E2M3", "float6_e2m3fn"), ("FLOAT6E3M2", "float6_e3m2fn")) if hasattr(TensorProto, elem)}
+
+
 @lru_cache(maxsize=None)
 def np_dtype(elem_type: int) -> np.dtype:
     """The numpy dtype of an ONNX elem type (``TensorProto.FLOAT`` → ``float32``).
 
     Raises:
-        TypeError: ``elem_type`` is UNDEFINED or unknown to this onnx version.
+        TypeError: ``elem_type`` is UNDEFINED or unknown to this onnx or ml_dtypes version.
     """
-    try:
-        return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
-    except Exception as exc:  # onnx raises KeyError/ValueError depending on version
-        raise TypeError(f"unsupported ONNX element type {elem_type}") from exc
+    dt = native_dtype(elem_type)
+    if dt is not None:
+        return dt
+    name = _ML_DTYPE_NAMES.get(elem_type)
+    if name is not None:
+        import ml_dtypes
+        if hasattr(ml_dtypes, name):
+            return np.dtype(getattr(ml_dtypes, name))
+    raise TypeError(f"unsupported ONNX element type {elem_type}")
 
 
 @lru_cache(maxsize=None)
@@ -88,10 +103,15 @@ def onnx_type(dtype: np.dtype | type) -> int:
     dt = np.dtype(dtype)
     if dt.kind in "OUS":
         return TensorProto.STRING
-    try:
-        return int(helper.np_dtype_to_tensor_dtype(dt))
-    except Exception as exc:
-        raise TypeError(f"numpy dtype {dt} has no ONNX element type") from exc
+    elem = _ELEM_TYPE_OF.get(dt)
+    if elem is None:
+        elem = next((e for e, name in _ML_DTYPE_NAMES.items() if name == dt.name), None)
+    if elem is None:
+        raise TypeError(f"numpy dtype {dt} has no ONNX element type")
+    return elem
+
+
+_ELEM_TYPE_OF = {native_dtype(e): e for e in ELEM_TYPE_NAMES if e != TensorProto.STRING and native_dtype(e) is not None}
 
 
 def type_string(elem_type: int) -> str:

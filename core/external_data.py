@@ -22,9 +22,8 @@ from __future__ import annotations
 import os
 from typing import Iterator, Optional
 
-import onnx
-from onnx import AttributeProto, TensorProto
-from onnx.external_data_helper import ExternalDataInfo
+from . import onnx_proto
+from .onnx_proto import AttributeProto, TensorProto
 
 from .errors import ExternalDataError
 
@@ -34,7 +33,7 @@ __all__ = ["external_tensors", "load_external_data", "resolve_location", "extern
 Region = tuple[str, int, int]
 
 
-def external_tensors(model: onnx.ModelProto, main_initializers: bool = True) -> Iterator[TensorProto]:
+def external_tensors(model: onnx_proto.ModelProto, main_initializers: bool = True) -> Iterator[TensorProto]:
     """Every TensorProto of the model whose data is external (graphs walked iteratively);
     ``main_initializers=False`` leaves out the dense initializers of the main graph."""
     graphs: list = []
@@ -45,7 +44,7 @@ def external_tensors(model: onnx.ModelProto, main_initializers: bool = True) -> 
         yield from _graph_tensors(graphs.pop(), graphs, True)
 
 
-def _graph_tensors(g: onnx.GraphProto, graphs: list, initializers: bool) -> Iterator[TensorProto]:
+def _graph_tensors(g: onnx_proto.GraphProto, graphs: list, initializers: bool) -> Iterator[TensorProto]:
     """The external tensors of ``g`` itself; its subgraphs are appended to ``graphs``."""
     for t in g.initializer if initializers else ():
         if _is_external(t):
@@ -107,7 +106,7 @@ def resolve_location(base_dir: str, location: str, tensor: str) -> str:
     return path
 
 
-def load_external_data(model: onnx.ModelProto, base_dir: Optional[str]) -> dict[int, Region]:
+def load_external_data(model: onnx_proto.ModelProto, base_dir: Optional[str]) -> dict[int, Region]:
     """Check every external reference of ``model`` and read the external tensors other than
     the main graph's initializers (in place) from under ``base_dir``.
 
@@ -136,13 +135,12 @@ def external_region(t: TensorProto, base_dir: Optional[str]) -> Region:
         ExternalDataError: ``base_dir`` is None, or the location is unsafe or missing
             (:func:`resolve_location`), or the bytes lie outside the file.
     """
-    info = ExternalDataInfo(t)
+    location, offset, length = _reference(t)
     if base_dir is None:
-        raise ExternalDataError(f"tensor '{t.name}' has external data ('{info.location}') but the model was "
+        raise ExternalDataError(f"tensor '{t.name}' has external data ('{location}') but the model was "
                                 "given as bytes or a ModelProto: pass external_data_dir= (the directory of "
                                 "its data files), or load it from its path")
-    path = resolve_location(base_dir, info.location, t.name)
-    offset, length = int(info.offset or 0), info.length
+    path = resolve_location(base_dir, location, t.name)
     size = os.path.getsize(path)
     if offset < 0 or (length is not None and length < 0):
         raise ExternalDataError(f"external data of tensor '{t.name}': negative offset {offset} or length {length}")
@@ -151,6 +149,20 @@ def external_region(t: TensorProto, base_dir: Optional[str]) -> Region:
         raise ExternalDataError(f"external data of tensor '{t.name}': bytes [{offset}, {end}) lie past the end "
                                 f"of '{path}' ({size} bytes)")
     return path, offset, end - offset
+
+
+def _reference(t: TensorProto) -> tuple[str, int, Optional[int]]:
+    """``(location, offset, length)`` of a tensor's ``external_data`` entries (onnx.proto,
+    TensorProto.external_data: ``location``, ``offset``, ``length``; offset 0 and length None,
+    the rest of the file, where absent or empty)."""
+    entries = {e.key: e.value for e in t.external_data}
+    try:
+        offset = int(entries.get("offset") or 0)
+        length = int(entries["length"]) if entries.get("length") else None
+    except ValueError as exc:
+        raise ExternalDataError(f"external data of tensor '{t.name}': offset {entries.get('offset')!r} or length "
+                                f"{entries.get('length')!r} is not an integer") from exc
+    return entries.get("location", ""), offset, length
 
 
 def _read(path: str, offset: int, length: int) -> bytes:

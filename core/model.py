@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Union
 
 import numpy as np
-import onnx
-from onnx import AttributeProto, numpy_helper
+
+from . import onnx_proto
+from .onnx_proto import AttributeProto
 
 from .dtypes import OptionalType, SequenceType, np_dtype, type_string, value_type_string
 from .errors import ExternalDataError, ModelLoadError, NestingLimitError
@@ -163,7 +164,7 @@ class Model:
     graph: Graph
     opsets: dict[str, int]
     ir_version: int
-    proto: onnx.ModelProto
+    proto: onnx_proto.ModelProto
     path: Optional[str] = None
     external_data: bool = False
 
@@ -181,7 +182,7 @@ class ModelMetadata:
     custom_metadata_map: dict
 
 
-def model_metadata(proto: onnx.ModelProto) -> ModelMetadata:
+def model_metadata(proto: onnx_proto.ModelProto) -> ModelMetadata:
     """The producer, graph name, domain, doc strings, model_version and metadata_props."""
     return ModelMetadata(producer_name=proto.producer_name, graph_name=proto.graph.name, domain=proto.domain,
                          description=proto.doc_string, graph_description=proto.graph.doc_string,
@@ -203,7 +204,7 @@ def _dims(tt) -> Optional[tuple[DimSpec, ...]]:
     return tuple(out)
 
 
-def type_of(t: onnx.TypeProto) -> Any:
+def type_of(t: onnx_proto.TypeProto) -> Any:
     """The engine's type of an ONNX TypeProto: a numpy dtype for a tensor (None when its
     elem type is undefined), :class:`SequenceType` / :class:`OptionalType` for containers
     (element types nested), None for anything else (maps, opaque, an empty TypeProto)."""
@@ -218,7 +219,7 @@ def type_of(t: onnx.TypeProto) -> Any:
     return None
 
 
-def _value_info(vi: onnx.ValueInfoProto) -> ValueInfo:
+def _value_info(vi: onnx_proto.ValueInfoProto) -> ValueInfo:
     t = vi.type
     if t.HasField("tensor_type"):
         return ValueInfo(vi.name, t.tensor_type.elem_type, _dims(t.tensor_type))
@@ -232,7 +233,7 @@ def _value_info(vi: onnx.ValueInfoProto) -> ValueInfo:
     return ValueInfo(vi.name, 0, None)
 
 
-def _attr_value(a: onnx.AttributeProto) -> Any:
+def _attr_value(a: onnx_proto.AttributeProto) -> Any:
     t = a.type
     if t == AttributeProto.FLOAT:
         return float(a.f)
@@ -263,27 +264,27 @@ def _attr_value(a: onnx.AttributeProto) -> Any:
     raise ModelLoadError(f"attribute '{a.name}' has unsupported type {t}")
 
 
-def _tensor(t: onnx.TensorProto, what: str = "initializer") -> np.ndarray:
+def _tensor(t: onnx_proto.TensorProto, what: str = "initializer") -> np.ndarray:
     """The array of a TensorProto; ModelLoadError naming it when its data does not fit its
     dims and type."""
     try:
-        return numpy_helper.to_array(t)
+        return onnx_proto.to_array(t)
     except Exception as exc:  # noqa: BLE001 - numpy's or onnx's message, put in context
         raise _unreadable(t, what, exc) from exc
 
 
-def _unreadable(t: onnx.TensorProto, what: str, exc: Exception) -> ModelLoadError:
-    kind = onnx.TensorProto.DataType.Name(t.data_type) if t.data_type in _DATA_TYPES else t.data_type
+def _unreadable(t: onnx_proto.TensorProto, what: str, exc: Exception) -> ModelLoadError:
+    kind = onnx_proto.TensorProto.DataType.Name(t.data_type) if t.data_type in _DATA_TYPES else t.data_type
     return ModelLoadError(f"{what} '{t.name}' ({kind}, dims {list(t.dims)}) cannot be read: its data does not "
                           f"match its type and dims ({type(exc).__name__}: {exc})")
 
 
-_DATA_TYPES = set(onnx.TensorProto.DataType.values())
+_DATA_TYPES = set(onnx_proto.TensorProto.DataType.values())
 #: TensorProto fields that hold data (what Model.proto's initializers are stripped of)
 _DATA_FIELDS = ("raw_data", "float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data")
 
 
-def _sparse_to_dense(sp: onnx.SparseTensorProto) -> np.ndarray:
+def _sparse_to_dense(sp: onnx_proto.SparseTensorProto) -> np.ndarray:
     """A sparse tensor as a dense array (IR.md "Sparse tensors": indices are linear, shape
     [NNZ], or coordinates, shape [NNZ, rank]). Raises ModelLoadError naming it when an
     index lies outside its dims."""
@@ -307,7 +308,7 @@ def _sparse_to_dense(sp: onnx.SparseTensorProto) -> np.ndarray:
     return dense
 
 
-def _graph(g: onnx.GraphProto, arrays: Optional[list] = None) -> Graph:
+def _graph(g: onnx_proto.GraphProto, arrays: Optional[list] = None) -> Graph:
     """The Graph of ``g``; ``arrays`` (per initializer, in order) are the main graph's
     initializers made already (None entries are read from ``g``)."""
     inits = {t.name: arrays[k] if arrays is not None and arrays[k] is not None else _tensor(t)
@@ -332,7 +333,7 @@ def _graph(g: onnx.GraphProto, arrays: Optional[list] = None) -> Graph:
     )
 
 
-def load_model(model: Union[str, os.PathLike, bytes, bytearray, memoryview, onnx.ModelProto],
+def load_model(model: Union[str, os.PathLike, bytes, bytearray, memoryview, onnx_proto.ModelProto],
                external_data_dir: Optional[Union[str, os.PathLike]] = None) -> Model:
     """Read a model from a path, serialized bytes or a ``ModelProto``, read its external data
     (from the model's directory, or ``external_data_dir`` for bytes and protos; see
@@ -361,7 +362,7 @@ def load_model(model: Union[str, os.PathLike, bytes, bytearray, memoryview, onnx
     source: Optional[_Source] = None
     originals = None
     try:
-        if isinstance(model, onnx.ModelProto):
+        if isinstance(model, onnx_proto.ModelProto):
             proto, originals = _skeleton(model), model.graph.initializer
         elif isinstance(model, (bytes, bytearray, memoryview)):
             proto, source = _parse(_flat(model), copy=not isinstance(model, bytes))
@@ -424,7 +425,7 @@ def _flat(data: Union[bytes, bytearray, memoryview]) -> Buffer:
     return data
 
 
-def _parse(buf: Buffer, copy: bool) -> tuple[onnx.ModelProto, Optional[_Source]]:
+def _parse(buf: Buffer, copy: bool) -> tuple[onnx_proto.ModelProto, Optional[_Source]]:
     """The ModelProto of ``buf``, parsed without the raw_data the scanner found; onnx parses
     the whole buffer where the scanner cannot read it (then no source: the proto holds all).
 
@@ -438,10 +439,10 @@ def _parse(buf: Buffer, copy: bool) -> tuple[onnx.ModelProto, Optional[_Source]]
         except WireFormatError:
             scan = None
         if scan is not None:
-            proto = onnx.load_from_string(scan.stripped)
+            proto = onnx_proto.load_from_string(scan.stripped)
             if len(proto.graph.initializer) == len(scan.regions):
                 return proto, _Source(buf, scan.regions, copy)
-    return onnx.load_from_string(bytes(buf)), None
+    return onnx_proto.load_from_string(bytes(buf)), None
 
 
 def _initializer_arrays(inits, source: Optional[_Source], originals, external: dict[int, Region]) -> list:
@@ -463,7 +464,7 @@ def _initializer_arrays(inits, source: Optional[_Source], originals, external: d
             if plain_dtype(t.data_type) is None or not LITTLE_ENDIAN:   # packed/string types: onnx reads them
                 t.raw_data = bytes(files[path][offset:offset + length])
                 del t.external_data[:]
-                t.data_location = onnx.TensorProto.DEFAULT
+                t.data_location = onnx_proto.TensorProto.DEFAULT
                 continue
             arrays[k] = _from_region(t, files[path], offset, length, copy=False)
         elif source is not None and source.regions[k] is not None:
@@ -484,7 +485,7 @@ def _initializer_arrays(inits, source: Optional[_Source], originals, external: d
     return arrays
 
 
-def _from_region(t: onnx.TensorProto, buf: Buffer, offset: int, length: int, copy: bool) -> np.ndarray:
+def _from_region(t: onnx_proto.TensorProto, buf: Buffer, offset: int, length: int, copy: bool) -> np.ndarray:
     dtype = plain_dtype(t.data_type)
     assert dtype is not None
     try:
@@ -493,10 +494,10 @@ def _from_region(t: onnx.TensorProto, buf: Buffer, offset: int, length: int, cop
         raise _unreadable(t, "initializer", exc) from exc
 
 
-def _skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
+def _skeleton(model: onnx_proto.ModelProto) -> onnx_proto.ModelProto:
     """A copy of ``model`` without the data of its main graph's initializers (what
     :attr:`Model.proto` holds); ``model`` is not modified."""
-    out = onnx.ModelProto()
+    out = onnx_proto.ModelProto()
     _copy_fields(model, out, ("graph",))
     if model.HasField("graph"):
         out.graph.SetInParent()

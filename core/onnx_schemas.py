@@ -6,7 +6,9 @@ registry, whose first use registers every schema of every domain (~20 ms, once p
 as long as a small model's whole session). The facts read are kept here as
 :class:`Schema` tuples, and the ones a process looked up are written to
 ``<cache dir>/onnx-schemas-<onnx version>.json`` (JSON: data only), so the next process
-reads them from there and touches ``onnx.defs`` only for a schema it has not seen.
+reads them from there and touches ``onnx.defs`` only for a schema it has not seen (``onnx``
+itself is imported then, and only then: :mod:`dynashape.onnx_proto`). The newest ai.onnx
+opset onnx defines is cached beside them (:func:`newest_opset`).
 
 The cache directory and how it is turned off: :mod:`dynashape.usercache`. A cache file that
 cannot be read or written is ignored (the schemas come from onnx).
@@ -18,15 +20,14 @@ import threading
 from pathlib import Path
 from typing import NamedTuple, Optional
 
-import onnx
-from onnx import defs
-
+from .onnx_proto import onnx_version
 from .usercache import cache_dir, read_json, write_json
 
-__all__ = ["Schema", "Formal", "Attribute", "get_schema", "save"]
+__all__ = ["Schema", "Formal", "Attribute", "get_schema", "save", "newest_opset"]
 
-_OPTIONAL = int(defs.OpSchema.FormalParameterOption.Optional)
-_VARIADIC = int(defs.OpSchema.FormalParameterOption.Variadic)
+#: onnx's OpSchema.FormalParameterOption values
+_OPTIONAL = 1
+_VARIADIC = 2
 
 
 class Formal(NamedTuple):
@@ -78,7 +79,26 @@ def _cache_file(domain: str, op_type: str) -> Optional[Path]:
     root = cache_dir()
     if root is None or not _PLAIN_NAME.fullmatch(op_type) or not _PLAIN_NAME.fullmatch(domain or "ai.onnx"):
         return None
-    return root / f"onnx-schemas-{onnx.__version__}" / (domain or "ai.onnx") / f"{op_type}.json"
+    return root / f"onnx-schemas-{onnx_version()}" / (domain or "ai.onnx") / f"{op_type}.json"
+
+
+def newest_opset() -> int:
+    """The newest ai.onnx opset the installed onnx defines (``onnx.defs.onnx_opset_version``),
+    from the cache when it holds it."""
+    if _newest:
+        return _newest[0]
+    root = cache_dir()
+    path = None if root is None else root / f"onnx-schemas-{onnx_version()}" / "newest-opset.json"
+    found = read_json(path)
+    if not isinstance(found, int) or isinstance(found, bool):
+        from onnx import defs
+        found = int(defs.onnx_opset_version())
+        write_json(path, found)
+    _newest.append(found)
+    return found
+
+
+_newest: list = []
 
 
 def get_schema(op_type: str, opset: int, domain: str) -> Optional[Schema]:
@@ -119,6 +139,7 @@ def _read_file(domain: str, op_type: str) -> dict:
 
 
 def _from_onnx(op_type: str, opset: int, domain: str) -> Optional[Schema]:
+    from onnx import defs
     try:
         s = defs.get_schema(op_type, opset, domain)
     except Exception:  # noqa: BLE001 - onnx's SchemaError: no schema (custom domains, newer opsets)

@@ -21,7 +21,9 @@ from datetime import datetime
 from typing import Optional, Sequence
 
 import numpy as np
-import onnx
+
+from .dtypes import onnx_type
+from .onnx_proto import TensorProto
 
 __all__ = ["Profiler"]
 
@@ -36,7 +38,7 @@ def _type_name(dtype: np.dtype) -> str:
     name = _TYPE_NAMES.get(dtype)
     if name is None:
         try:
-            name = onnx.TensorProto.DataType.Name(onnx.helper.np_dtype_to_tensor_dtype(dtype)).lower()
+            name = TensorProto.DataType.Name(onnx_type(dtype)).lower()
         except (KeyError, TypeError, ValueError):
             name = str(dtype)
         _TYPE_NAMES[dtype] = name

@@ -397,7 +397,7 @@ class OpLibrary:
                domain: str = "", dtypes: Optional[Iterable[Any]] = None, **fields: Any
                ) -> Callable[[ComputeFn], ComputeFn]:
         """Decorate a ``compute`` function; registers one KernelDef."""
-        dts = None if dtypes is None else frozenset(np.dtype(d).name for d in dtypes)
+        dts = None if dtypes is None else frozenset(_dtype_name(d) for d in dtypes)
 
         def deco(fn: ComputeFn) -> ComputeFn:
             self.kernels.append(KernelDef(op_type=op_type, compute=fn, domain=domain,
@@ -406,3 +406,13 @@ class OpLibrary:
             return fn
         return deco
 
+
+def _dtype_name(d: Any) -> str:
+    """numpy's name of a dtype; a name numpy does not know as it is ("bfloat16" before
+    ml_dtypes is imported: the name its dtype has once it is)."""
+    try:
+        return np.dtype(d).name
+    except TypeError:
+        if isinstance(d, str):
+            return d
+        raise

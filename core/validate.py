@@ -31,10 +31,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-import onnx
-from onnx import AttributeProto, defs
-
-from . import onnx_schemas
+from . import onnx_proto, onnx_schemas
+from .onnx_proto import AttributeProto, TensorProto
 from .errors import (DuplicateNameError, InvalidAttributeError, InvalidModelError, ModelLoadError, NestingLimitError,
                      TypeConstraintError, UndefinedValueError)
 from .onnx_schemas import Schema
@@ -48,10 +46,10 @@ MAX_NESTING = 48
 _TYPE_NAMES = {int(v): k for k, v in AttributeProto.AttributeType.items()}
 #: INT attributes that hold an element type (TensorProto.DataType)
 _DTYPE_ATTRIBUTES = ("to", "dtype", "output_dtype")
-_ELEM_TYPES = {int(v) for k, v in onnx.TensorProto.DataType.items() if k != "UNDEFINED"}
+_ELEM_TYPES = {int(v) for k, v in TensorProto.DataType.items() if k != "UNDEFINED"}
 
 
-def validate_model(model: onnx.ModelProto, opsets: dict[str, int]) -> None:
+def validate_model(model: onnx_proto.ModelProto, opsets: dict[str, int]) -> None:
     """Check ``model`` against the rules above.
 
     Raises:
@@ -65,9 +63,9 @@ def validate_model(model: onnx.ModelProto, opsets: dict[str, int]) -> None:
         onnx_schemas.save()   # the schemas looked up, valid model or not
 
 
-def _check_model(model: onnx.ModelProto, opsets: dict[str, int]) -> None:
+def _check_model(model: onnx_proto.ModelProto, opsets: dict[str, int]) -> None:
     _check_header(model, opsets)
-    pending: list[tuple[onnx.GraphProto, tuple, int, str]] = [(model.graph, (), 0, model.graph.name or "main")]
+    pending: list[tuple[onnx_proto.GraphProto, tuple, int, str]] = [(model.graph, (), 0, model.graph.name or "main")]
     while pending:
         graph, outer, depth, path = pending.pop()
         if depth > MAX_NESTING:
@@ -84,27 +82,27 @@ def _check_model(model: onnx.ModelProto, opsets: dict[str, int]) -> None:
                     pending.append((g, scope, depth + 1, f"{path}/{_node_name(node, k)}.{a.name}"))
 
 
-def _check_header(model: onnx.ModelProto, opsets: dict) -> None:
+def _check_header(model: onnx_proto.ModelProto, opsets: dict) -> None:
     if not model.HasField("graph"):
         raise ModelLoadError("the model has no graph (ModelProto.graph is required; empty or non-ONNX bytes?)")
-    if model.ir_version > onnx.IR_VERSION:
-        raise ModelLoadError(f"the model's IR version {model.ir_version} is newer than this onnx ({onnx.__version__}) "
-                             f"supports ({onnx.IR_VERSION})")
+    if model.ir_version > onnx_proto.IR_VERSION:
+        raise ModelLoadError(f"the model's IR version {model.ir_version} is newer than this onnx "
+                             f"({onnx_proto.onnx_version()}) supports ({onnx_proto.IR_VERSION})")
     if not model.opset_import and model.ir_version >= 3:
         raise InvalidModelError("the model imports no operator set (opset_import is empty; IR.md: a model must "
                                 "name the opsets it uses)")
-    newest = defs.onnx_opset_version()
+    newest = onnx_schemas.newest_opset()
     if opsets.get("", 0) > newest:
         raise InvalidModelError(f"the model imports ai.onnx opset {opsets['']}, newer than the newest this onnx "
-                                f"({onnx.__version__}) defines ({newest})")
+                                f"({onnx_proto.onnx_version()}) defines ({newest})")
 
 
-def _node_name(node: onnx.NodeProto, index: int) -> str:
+def _node_name(node: onnx_proto.NodeProto, index: int) -> str:
     """The node's name as dynashape reports it (``<op_type>_<index>`` for an unnamed one)."""
     return node.name or f"{node.op_type}_{index}"
 
 
-def _check_graph(graph: onnx.GraphProto, outer: tuple, opsets: dict, path: str) -> set:
+def _check_graph(graph: onnx_proto.GraphProto, outer: tuple, opsets: dict, path: str) -> set:
     """The names ``graph`` defines, after checking its own rules."""
     where = f"graph '{path}'"
     inputs: set[str] = set()
@@ -151,13 +149,13 @@ def _check_graph(graph: onnx.GraphProto, outer: tuple, opsets: dict, path: str) 
     return defined
 
 
-def _node_schema(node: onnx.NodeProto, opsets: dict) -> Optional[Schema]:
+def _node_schema(node: onnx_proto.NodeProto, opsets: dict) -> Optional[Schema]:
     domain = "" if node.domain == "ai.onnx" else node.domain
     opset = opsets.get(domain)
     return None if opset is None else onnx_schemas.get_schema(node.op_type, opset, domain)
 
 
-def _check_arity(node: onnx.NodeProto, schema: Schema, at: str, name: str, path: str) -> None:
+def _check_arity(node: onnx_proto.NodeProto, schema: Schema, at: str, name: str, path: str) -> None:
     for what, given, low, high in (("inputs", len(node.input), schema.min_input, schema.max_input),
                                    ("outputs", len(node.output), schema.min_output, schema.max_output)):
         if not low <= given <= high:
@@ -171,7 +169,7 @@ def _check_arity(node: onnx.NodeProto, schema: Schema, at: str, name: str, path:
                                     node=name, op_type=node.op_type, graph=path)
 
 
-def _declared_types(graph: onnx.GraphProto) -> dict[str, str]:
+def _declared_types(graph: onnx_proto.GraphProto) -> dict[str, str]:
     """``name -> "tensor(float)"`` for the graph's inputs and initializers whose element type is set."""
     types = {}
     for vi in graph.input:
@@ -183,10 +181,10 @@ def _declared_types(graph: onnx.GraphProto) -> dict[str, str]:
 
 
 def _tensor_type(elem_type: int) -> str:
-    return f"tensor({onnx.TensorProto.DataType.Name(elem_type).lower()})"
+    return f"tensor({TensorProto.DataType.Name(elem_type).lower()})"
 
 
-def _check_types(node: onnx.NodeProto, schema: Schema, declared: dict, at: str, name: str, path: str) -> None:
+def _check_types(node: onnx_proto.NodeProto, schema: Schema, declared: dict, at: str, name: str, path: str) -> None:
     """Declared input types against the schema's constraints, each constraint bound once."""
     constraints = schema.type_constraints
     bound: dict[str, tuple] = {}
@@ -207,7 +205,7 @@ def _check_types(node: onnx.NodeProto, schema: Schema, declared: dict, at: str, 
                                           node=name, op_type=node.op_type, graph=path)
 
 
-def _check_attributes(node: onnx.NodeProto, schema: Schema, at: str, name: str, path: str) -> None:
+def _check_attributes(node: onnx_proto.NodeProto, schema: Schema, at: str, name: str, path: str) -> None:
     given = set()
     for a in node.attribute:
         given.add(a.name)

@@ -29,7 +29,7 @@ from functools import lru_cache
 from typing import Optional, Union
 
 import numpy as np
-from onnx import TensorProto
+from .onnx_proto import TensorProto
 
 from .dtypes import np_dtype
 from .errors import ModelLoadError

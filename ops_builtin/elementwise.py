@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-import ml_dtypes
 import numpy as np
 from dynashape.dtypes import is_float, is_integer
 from dynashape.records import OpLibrary, fixed_dtype, same_dtype
@@ -34,10 +33,9 @@ _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
 _BOOL = np.dtype(np.bool_)
 
-#: dtypes computed in float32 and cast back into the output.
-LOWP_DTYPES = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(ml_dtypes.float8_e4m3fn),
-               np.dtype(ml_dtypes.float8_e4m3fnuz), np.dtype(ml_dtypes.float8_e5m2),
-               np.dtype(ml_dtypes.float8_e5m2fnuz))
+#: dtypes computed in float32 and cast back into the output, by name (the ml_dtypes types:
+#: an array of one exists only once ml_dtypes is imported, so the tests import nothing)
+LOWP_DTYPES = ("float16", "bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz")
 _LOWP = frozenset(LOWP_DTYPES)
 
 MathFn = Callable[[list, np.ndarray, object], None]
@@ -49,13 +47,13 @@ MathFn = Callable[[list, np.ndarray, object], None]
 # ---------------------------------------------------------------------------------
 
 def _to32(a):
-    return a.astype(_F32) if a is not None and a.dtype in _LOWP else a
+    return a.astype(_F32) if a is not None and a.dtype.name in _LOWP else a
 
 
 def apply_lowp(fn: MathFn, args: list, out: np.ndarray, prep) -> None:
     """Run ``fn`` with float16/bfloat16/float8 arguments widened to float32; cast into ``out``."""
     args = [_to32(a) for a in args]
-    if out.dtype in _LOWP:
+    if out.dtype.name in _LOWP:
         tmp = np.empty(out.shape, _F32)
         fn(args, tmp, prep)
         np.copyto(out, tmp, casting="unsafe")

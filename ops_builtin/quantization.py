@@ -30,9 +30,9 @@ from typing import NamedTuple
 
 import ml_dtypes
 import numpy as np
-from onnx import TensorProto
 
 from dynashape.dtypes import np_dtype
+from dynashape.onnx_proto import TensorProto
 from dynashape.records import OpLibrary
 from dynashape.shapes import check_dims_equal, is_known, normalize_axis, numel
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import ml_dtypes
 import numpy as np
 from dynashape.records import InferContext, OpLibrary, same_dtype
 from dynashape.shapes import check_dims_equal
@@ -23,7 +22,6 @@ lib = OpLibrary()
 
 _DIRECTIONS = {"forward": 1, "foward": 1, "reverse": 1, "bidirectional": 2}  # GRU-1 default: "foward"
 _FLOAT_TYPES = {np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)}
-_BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 
 
 # activations (ONNX RNN spec "Activation functions"); each works in place and returns x --
@@ -293,10 +291,9 @@ def _check_shape(ctx: InferContext, i: int, name: str, expected: tuple) -> None:
 
 def _check_dtypes(ctx: InferContext, fam: _Family) -> None:
     dt = ctx.dtype(0)
-    allowed = set(_FLOAT_TYPES) | ({_BFLOAT16} if ctx.opset >= 22 else set())
-    if dt is not None and dt not in allowed:
-        ctx.fail(f"X has dtype {dt}, expected one of "
-                 f"{sorted(str(d) for d in allowed)}", kind="DtypeMismatch")
+    allowed = {str(d) for d in _FLOAT_TYPES} | ({"bfloat16"} if ctx.opset >= 22 else set())
+    if dt is not None and np.dtype(dt).name not in allowed:
+        ctx.fail(f"X has dtype {dt}, expected one of {sorted(allowed)}", kind="DtypeMismatch")
     n_in = 8 if fam.is_lstm else 6
     for i in (1, 2, 3, 5, 6, 7):
         if i < n_in and ctx.has_input(i) and dt is not None and ctx.dtype(i) != dt:
