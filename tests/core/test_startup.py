@@ -58,7 +58,8 @@ def test_a_session_reads_checks_and_runs_a_model_without_importing_onnx(tmp_path
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])
     raw = helper.make_tensor("two", TensorProto.FLOAT, [1], np.array([2.0], np.float32).tobytes(), raw=True)
     typed = helper.make_tensor("ten", TensorProto.INT32, [1], [10])
-    nodes = [helper.make_node("Constant", [], ["c2"], value=raw), helper.make_node("Constant", [], ["c10"], value=typed),
+    nodes = [helper.make_node("Constant", [], ["c2"], value=raw),
+             helper.make_node("Constant", [], ["c10"], value=typed),
              helper.make_node("Cast", ["c10"], ["c10f"], to=TensorProto.FLOAT),
              helper.make_node("Mul", ["x", "c2"], ["m"]), helper.make_node("Add", ["m", "c10f"], ["a"]),
              helper.make_node("Add", ["a", "bias"], ["b"]), helper.make_node("Shape", ["x"], ["shp"]),
