@@ -144,12 +144,12 @@ def _candidates() -> list:
     out = []
     if os.environ.get(LIBRARY_VARIABLE):
         out.append(os.environ[LIBRARY_VARIABLE])
-    for dist in DISTRIBUTIONS:
+    for name in DISTRIBUTIONS:
         try:
-            files = metadata.distribution(dist).files or ()
+            dist = metadata.distribution(name)
         except metadata.PackageNotFoundError:
             continue
-        out.extend(str(metadata.distribution(dist).locate_file(f)) for f in files if str(f).endswith("libdnnl.so.3"))
+        out.extend(str(dist.locate_file(f)) for f in dist.files or () if str(f).endswith("libdnnl.so.3"))
     out.append(os.path.join(sys.prefix, "lib", "libdnnl.so.3"))
     return out
 
