@@ -766,11 +766,17 @@ def test_layer_normalization(axis, shape, bias, threads):
 
 
 @THREADS
+@pytest.mark.parametrize("min_elements", [0, None], ids=["primitive", "small-to-numpy"])
 @pytest.mark.parametrize("axis,scale_shape", [(-1, (96,)), (1, (4, 96)), (-1, (1, 96))])
-def test_rms_normalization_is_layer_normalization_with_global_statistics(axis, scale_shape, threads):
+def test_rms_normalization_is_layer_normalization_with_global_statistics(axis, scale_shape, threads, min_elements,
+                                                                          monkeypatch):
     """oneDNN's layer normalization with a mean of 0 and a variance of mean(x^2) per row,
     scale only, against the numpy kernel and onnxruntime through changing shapes (one row, no
-    rows); a scale with more dims than the normalized axes goes to the numpy kernel."""
+    rows); a scale with more dims than the normalized axes goes to the numpy kernel, and so
+    does an input of fewer than RMS_MIN_ELEMENTS (all of these, at its default)."""
+    from dynashape.ops_fast.onednn import rowwise
+    if min_elements is not None:
+        monkeypatch.setattr(rowwise, "RMS_MIN_ELEMENTS", min_elements)
     node = helper.make_node("RMSNormalization", ["x", "scale"], ["y"], axis=axis, epsilon=1e-4)
     m = _model([node], [("x", ["n", 4, 96])], [("scale", RNG.uniform(0.5, 1.5, scale_shape).astype(np.float32))],
                opset=23)
@@ -778,8 +784,12 @@ def test_rms_normalization_is_layer_normalization_with_global_statistics(axis, s
     _check(m, feeds, ops={"RMSNormalization"}, threads=threads, rtol=1e-5, atol=1e-6)
 
 
-def test_rms_normalization_by_hand():
+@pytest.mark.parametrize("min_elements", [0, None], ids=["primitive", "small-to-numpy"])
+def test_rms_normalization_by_hand(min_elements, monkeypatch):
     """A row worked by hand: the mean of the squares of 3 and 4 is 12.5."""
+    from dynashape.ops_fast.onednn import rowwise
+    if min_elements is not None:
+        monkeypatch.setattr(rowwise, "RMS_MIN_ELEMENTS", min_elements)
     node = helper.make_node("RMSNormalization", ["x", "scale"], ["y"], epsilon=0.0)
     m = _model([node], [("x", ["n", 2])], [("scale", np.array([1.0, 2.0], np.float32))], opset=23)
     fast, _ = _sessions(m, 1)
