@@ -5,30 +5,17 @@ constants), then compiles one module with :func:`CodeWriter.compile`. :class:`Ex
 writes each distinct symbolic expression once as a local variable (common subexpressions
 are shared), so a generated function evaluates every shape, value and parameter of a
 signature with one pass of integer arithmetic.
-
-Compiled code is kept per source text in the process and, marshalled, in the per-user disk
-cache (``<cache dir>/codegen/``, :mod:`dynashape.usercache`; one file per source, named by its
-digest and Python's bytecode tag, holding the source it was compiled from and compared with it
-before use), so a fresh process's session compiles none of a model's functions an earlier
-process compiled (~0.5-1 ms each, half a dozen per session). The files are Python code objects,
-trusted as the ``.pyc`` files of ``__pycache__`` are: the cache directory is the user's own.
 """
 from __future__ import annotations
 
-import hashlib
 import itertools
-import marshal
-import os
-import sys
-import tempfile
 import threading
 from collections import OrderedDict
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
 from .symbolic import CODE_NAMESPACE, Expr, as_atom
-from .usercache import cache_dir
 
 __all__ = ["CodeWriter", "ExprCoder"]
 
@@ -76,68 +63,12 @@ def _compiled(source: str, name: str):
         if code is not None:
             _CODE.move_to_end(source)
             return code
-    path = _cache_path(source)
-    code = _read_code(path, source)
-    if code is None:
-        code = compile(source, f"<dynashape-{name}-{next(_module_ids)}>", "exec")
-        _write_code(path, source, code)
+    code = compile(source, f"<dynashape-{name}-{next(_module_ids)}>", "exec")
     with _CODE_LOCK:
         _CODE[source] = code
         if len(_CODE) > _CODE_LIMIT:
             _CODE.popitem(last=False)
     return code
-
-
-def _cache_path(source: str) -> Optional[str]:
-    root = cache_dir()
-    if root is None:
-        return None
-    digest = hashlib.blake2b(source.encode(), digest_size=16).hexdigest()
-    return os.path.join(root, "codegen", f"{digest}.{sys.implementation.cache_tag}.marshal")
-
-
-def _read_code(path: Optional[str], source: str):
-    """The code object cached for ``source`` (None: none, another source, or unreadable)."""
-    if path is None:
-        return None
-    try:
-        with open(path, "rb") as f:
-            kept, code = marshal.loads(f.read())
-    except (OSError, EOFError, ValueError, TypeError):
-        return None
-    return code if kept == source else None
-
-
-def _write_code(path: Optional[str], source: str, code) -> None:
-    """Keep ``code`` for later processes (atomically; nothing when the cache is unwritable)."""
-    if path is None:
-        return
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            f.write(marshal.dumps((source, code)))
-        os.replace(tmp, path)
-        _bound_cache(os.path.dirname(path))
-    except OSError:
-        pass
-
-
-#: code files kept on disk; past it, the least recently written quarter goes
-MAX_CACHED_CODES = 4096
-
-
-def _bound_cache(folder: str) -> None:
-    names = os.listdir(folder)
-    if len(names) <= MAX_CACHED_CODES:
-        return
-    paths = [os.path.join(folder, n) for n in names]
-    paths.sort(key=lambda p: os.stat(p).st_mtime_ns if os.path.exists(p) else 0)
-    for p in paths[:len(paths) // 4]:
-        try:
-            os.remove(p)
-        except OSError:
-            pass
 
 
 class ExprCoder:

@@ -1,8 +1,7 @@
 """The per-user disk cache: small JSON files that spare a new process work an earlier one did
-(onnx's operator schemas, the plugins' entry points). Data only, except two kinds of code
-kept as Python keeps ``.pyc`` files in ``__pycache__``: the generated functions' code objects in
-``codegen/`` (written and checked by :mod:`dynashape.codegen`) and the compiled kernels' machine
-code in ``native/`` (``dynashape.ops_fast.native.machine_code``; numba keeps its own); written
+(onnx's operator schemas, the plugins' entry points). Data only, never code (the one
+exception, the compiled kernels' machine code in ``native/``, is written and checked by
+``dynashape.ops_fast.native.machine_code``, as numba keeps its own in ``__pycache__``); written
 atomically (a reader sees the old file or the new one); a file that cannot be read or written
 is ignored, and the work is done again.
 

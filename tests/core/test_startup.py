@@ -292,45 +292,6 @@ def test_a_second_session_of_a_model_compiles_no_generated_code(monkeypatch):
     assert compiled == []
 
 
-def test_generated_code_is_read_from_the_disk_cache_by_a_later_process(tmp_path, monkeypatch):
-    from dynashape import codegen
-    monkeypatch.setenv("DYNASHAPE_CACHE_DIR", str(tmp_path / "cache"))
-    source = "def f(a):\n    return a * 7 + 1\n"
-    ns: dict = {}
-    exec(codegen._compiled(source, "t"), ns)
-    assert ns["f"](2) == 15
-    files = list((tmp_path / "cache" / "codegen").iterdir())
-    assert len(files) == 1
-    monkeypatch.setattr(codegen, "_CODE", codegen.OrderedDict())     # a fresh process's memory
-    monkeypatch.setattr(codegen, "compile", lambda *a: pytest.fail("compiled again"), raising=False)
-    ns = {}
-    exec(codegen._compiled(source, "t"), ns)
-    assert ns["f"](3) == 22
-
-
-def test_a_cached_code_file_of_another_source_is_not_used(tmp_path, monkeypatch):
-    from dynashape import codegen
-    monkeypatch.setenv("DYNASHAPE_CACHE_DIR", str(tmp_path / "cache"))
-    source, other = "def f():\n    return 1\n", "def f():\n    return 2\n"
-    path = codegen._cache_path(source)
-    codegen._write_code(path, other, compile(other, "<other>", "exec"))    # as a digest collision would
-    (tmp_path / "cache" / "codegen" / "junk.marshal").write_bytes(b"not marshal")
-    ns: dict = {}
-    exec(codegen._compiled(source, "t"), ns)
-    assert ns["f"]() == 1
-    assert codegen._read_code(path, source) is not None     # rewritten with the right source
-    assert codegen._read_code(str(tmp_path / "cache" / "codegen" / "junk.marshal"), source) is None
-
-
-def test_the_code_cache_keeps_at_most_its_bound(tmp_path, monkeypatch):
-    from dynashape import codegen
-    monkeypatch.setenv("DYNASHAPE_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(codegen, "MAX_CACHED_CODES", 8)
-    for k in range(30):
-        codegen._compiled(f"def f():\n    return {k}\n", "t")
-    assert 0 < len(list((tmp_path / "cache" / "codegen").iterdir())) <= 8
-
-
 # the plugins' entry points from the disk cache ----------------------------------------
 
 def test_entry_points_are_read_from_the_cache_until_a_sys_path_directory_changes(tmp_path, monkeypatch):
