@@ -1,13 +1,16 @@
 """Subgraphs (the branches of If, the bodies of Loop and Scan) as programs of their own.
 
 A :class:`SubgraphRunner` is made once per subgraph by the enclosing program (through
-``ctx.services.subgraph(graph)``), with the session's registry: the enclosing graph's
+``ctx.services.subgraph(graph)``), with the session's registry, and compiles the body when it
+first runs (an If's branch that is never taken costs nothing; a merged decoder's prompt step
+compiles its no-cache branch only): the enclosing graph's
 constants become the subgraph's constants (so weights fold there too), its other outer
 values become inputs with the dims they have outside. Plans are cached per signature and
 runs take execution contexts from the runner's own pool, as the session's do.
 """
 from __future__ import annotations
 
+import threading
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
@@ -49,35 +52,69 @@ class SubgraphRunner:
         self.graph = graph
         self.registry = registry
         self.outer = tuple(sorted(graph.outer_names()))
-        constants = {k: v for k, v in (outer_constants or {}).items() if k in self.outer}
-        self.prepared = pg = prepare_graph(graph, registry, dict(opsets), outer=self.outer, outer_constants=constants)
-        fold_constants(pg, registry, memory_limit=memory_limit)
-        taken = set(pg.names)
-        dims, dtypes = {}, {}
-        for vi in graph.inputs:
-            dims[pg.slot[vi.name]] = input_dim_exprs(vi, taken)
-            dtypes[pg.slot[vi.name]] = vi.dtype
+        self._constants = {k: v for k, v in (outer_constants or {}).items() if k in self.outer}
         self.formal_names = [vi.name for vi in graph.inputs]
-        self.outer_inputs = [n for n in self.outer if n not in constants]
-        for name in self.outer_inputs:
-            dims[pg.slot[name]] = (outer_dims or {}).get(name)
-            dtypes[pg.slot[name]] = (outer_dtypes or {}).get(name)
+        self.outer_inputs = [n for n in self.outer if n not in self._constants]
         self.input_names = self.formal_names + self.outer_inputs
         self.output_names = [v.name for v in graph.outputs]
-        self._all_outputs = list(range(len(pg.output_slots)))
-        self.rewrites = RewriteReport.unchanged(len(pg.nodes))
-        if optimize:
-            pg, dims, dtypes = self._optimized(pg, dims, dtypes, opsets, constants)
-            self.prepared = pg
-        self.engine = Engine(pg, registry, dims, dtypes, self.input_names, allocator, validate=validate,
-                             plan_cache_size=plan_cache_size, name=f"body-{graph.name or 'subgraph'}",
-                             optimize=optimize, memory_limit=memory_limit)
+        self._all_outputs = list(range(len(graph.outputs)))
+        self._settings = (dict(opsets), allocator, outer_dims or {}, outer_dtypes or {}, validate, plan_cache_size,
+                          optimize, memory_limit)
+        self._engine: Optional[Engine] = None
+        self._prepared = None
+        self._rewrites = RewriteReport.unchanged(len(graph.nodes))
+        self._lock = threading.Lock()
+
+    # the body is compiled when it first runs (an If's branch that is never taken, never) ----
+    @property
+    def engine(self) -> Engine:
+        engine = self._engine
+        return engine if engine is not None else self._compile()
+
+    @property
+    def prepared(self):
+        """The body's prepared graph (after the rewrites)."""
+        if self._engine is None:
+            self._compile()
+        return self._prepared
+
+    @property
+    def rewrites(self) -> RewriteReport:
+        if self._engine is None:
+            self._compile()
+        return self._rewrites
+
+    def _compile(self) -> Engine:
+        with self._lock:
+            if self._engine is not None:
+                return self._engine
+            opsets, allocator, outer_dims, outer_dtypes, validate, plan_cache_size, optimize, memory_limit = \
+                self._settings
+            graph, registry, constants = self.graph, self.registry, self._constants
+            pg = prepare_graph(graph, registry, opsets, outer=self.outer, outer_constants=constants)
+            fold_constants(pg, registry, memory_limit=memory_limit)
+            taken = set(pg.names)
+            dims, dtypes = {}, {}
+            for vi in graph.inputs:
+                dims[pg.slot[vi.name]] = input_dim_exprs(vi, taken)
+                dtypes[pg.slot[vi.name]] = vi.dtype
+            for name in self.outer_inputs:
+                dims[pg.slot[name]] = outer_dims.get(name)
+                dtypes[pg.slot[name]] = outer_dtypes.get(name)
+            self._rewrites = RewriteReport.unchanged(len(pg.nodes))
+            if optimize:
+                pg, dims, dtypes = self._optimized(pg, dims, dtypes, opsets, constants)
+            self._prepared = pg
+            self._engine = Engine(pg, registry, dims, dtypes, self.input_names, allocator, validate=validate,
+                                  plan_cache_size=plan_cache_size, name=f"body-{graph.name or 'subgraph'}",
+                                  optimize=optimize, memory_limit=memory_limit)
+            return self._engine
 
     def _optimized(self, pg, dims: dict, dtypes: dict, opsets, constants: dict) -> tuple:
         """The body after the graph rewrites, with its input dims by the new slots."""
         def reprepare(graph: Graph):
             return prepare_graph(graph, self.registry, dict(opsets), outer=self.outer, outer_constants=constants)
-        new_pg, self.rewrites = optimize_graph(pg, self.registry, dims, dtypes, reprepare)
+        new_pg, self._rewrites = optimize_graph(pg, self.registry, dims, dtypes, reprepare)
         if new_pg is pg:
             return pg, dims, dtypes
         by_name = {pg.names[s]: s for s in dims}

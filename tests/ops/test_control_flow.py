@@ -85,6 +85,28 @@ def test_if_reruns_with_changing_shapes_and_naive_allocator():
         np.testing.assert_allclose(y, x + a if flag else np.concatenate([x, x]))
 
 
+def test_an_if_branch_is_compiled_when_first_taken():
+    """then: x + a; else: a node of an op nobody registered. Runs that take the then branch
+    never compile the else branch (a merged decoder's prompt and decode steps each compile
+    one); the first run that takes it reports the op."""
+    then_g = helper.make_graph([helper.make_node("Add", ["x", "a"], ["t"])], "then", [], [vi("t", F, None)])
+    else_g = helper.make_graph([helper.make_node("Nope", ["x"], ["e"], domain="com.nowhere")], "else", [],
+                               [vi("e", F, None)])
+    nodes = [helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)]
+    m = helper.make_model(helper.make_graph(nodes, "g", [vi("c", B, []), vi("x", F, ["n", 3]), vi("a", F, [3])],
+                                            [vi("y", F, None)]),
+                          opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.nowhere", 1)])
+    sess = dynashape.InferenceSession(m.SerializeToString())
+    x, a = np.arange(6, dtype=np.float32).reshape(2, 3), np.array([1, 2, 3], np.float32)
+    for n in (2, 1):
+        (y,) = sess.run(None, {"c": np.array(True), "x": x[:n], "a": a})
+        np.testing.assert_array_equal(y, x[:n] + a)
+    with pytest.raises(dynashape.UnsupportedOperatorError, match="Nope"):
+        sess.run(None, {"c": np.array(False), "x": x, "a": a})
+    (y,) = sess.run(None, {"c": np.array(True), "x": x, "a": a})     # the session stays usable
+    np.testing.assert_array_equal(y, x + a)
+
+
 def test_if_cond_computed_from_data_and_one_element_cond():
     """cond = ReduceSum(x) > 0 (shape (1,)), then a downstream op reads the If output."""
     then_g = helper.make_graph([helper.make_node("Relu", ["x"], ["t"])], "then", [], [vi("t", F, ["n", 2])])
