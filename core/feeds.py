@@ -11,8 +11,8 @@ from .dtypes import is_container, is_float, is_integer
 from .errors import InvalidFeedError
 from .model import FIXED, SYMBOLIC, Graph
 
-__all__ = ["random_feeds", "input_shape", "check_tensor_inputs", "unbound_dims", "dims_of_given", "index_bounds",
-           "declared_shape"]
+__all__ = ["random_feeds", "placeholder_feeds", "check_feeds_fit", "input_shape", "check_tensor_inputs",
+           "unbound_dims", "dims_of_given", "index_bounds", "declared_shape"]
 
 #: op_type -> (indices input, table input) pairs: the indices' values must lie in
 #: [0, rows of the table along the op's axis) (Gather's ``axis`` attribute, else 0).
@@ -219,3 +219,51 @@ def random_feeds(session, dims: Optional[dict] = None, shapes: Optional[dict] = 
         if vi.name not in given:
             given[vi.name] = _values(vi, input_shape(vi, dims, shapes), bounds.get(vi.name), rng)
     return given
+
+
+def placeholder_feeds(session, dims: Optional[dict] = None, shapes: Optional[dict] = None,
+                      given: Optional[dict] = None) -> dict:
+    """Feeds of the shapes and dtypes :func:`random_feeds` would make, allocating nothing:
+    each a read-only zero-stride view of one zero element (``np.broadcast_to``); given
+    arrays as they are. What a plan needs (shapes and dtypes) without the data, e.g. to check
+    a request against the session's ``memory_limit`` before building real feeds.
+
+    Raises:
+        InvalidFeedError: as :func:`random_feeds`.
+    """
+    dims, shapes, given = dict(dims or {}), shapes or {}, dict(given or {})
+    inputs = session.model.graph.inputs
+    check_tensor_inputs(inputs, given)
+    dims = {**dims_of_given(inputs, given), **dims}
+    for vi in inputs:
+        if vi.name not in given:
+            given[vi.name] = np.broadcast_to(np.zeros((), vi.dtype), input_shape(vi, dims, shapes))
+    return given
+
+
+def check_feeds_fit(session, feeds: dict) -> None:
+    """Refuse a request whose feeds or plan exceed the session's ``memory_limit`` before
+    anything of that size is allocated: ``feeds`` (placeholders, :func:`placeholder_feeds`)
+    are checked as the tensors they stand for, then planned (the session's own plan check:
+    every tensor and the arena against the limit).
+
+    Raises:
+        ResourceLimitError: naming the input or the tensor, its bytes and the limit.
+    """
+    from .errors import DynashapeError, ResourceLimitError
+    from .limits import check_tensor
+    limit = session.memory_limit
+    total = 0
+    for name, a in feeds.items():
+        if isinstance(a, np.ndarray):
+            check_tensor(a.shape, a.dtype.itemsize, limit, f"input '{name}'")
+            total += int(np.prod(a.shape, dtype=object)) * a.dtype.itemsize
+    if total > limit:
+        raise ResourceLimitError(f"the feeds ({', '.join(feeds)}) take {total} bytes together, over the session's "
+                                 f"memory_limit of {limit} bytes", nbytes=total, limit=limit)
+    try:
+        session.plan(feeds)
+    except ResourceLimitError:
+        raise
+    except DynashapeError:
+        pass    # a plan that needs the feeds' values: the run itself decides

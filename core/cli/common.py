@@ -15,8 +15,9 @@ from typing import Optional
 import click
 import numpy as np
 
-from ..errors import InvalidFeedError
-from ..feeds import check_tensor_inputs, declared_shape, dims_of_given, random_feeds, unbound_dims
+from ..errors import InvalidFeedError, ResourceLimitError
+from ..feeds import (check_feeds_fit, check_tensor_inputs, declared_shape, dims_of_given, placeholder_feeds,
+                     random_feeds, unbound_dims)
 from ..model import FIXED, SYMBOLIC
 
 __all__ = ["FEEDS_HELP", "cli_errors", "describe_feeds", "feed_options", "feeds_from_options", "one_line",
@@ -271,14 +272,18 @@ def warmup_options(default: int):
     return decorate
 
 
-def feeds_from_options(sess, dims, shapes, inputs, seed: int) -> dict:
+def feeds_from_options(sess, dims, shapes, inputs, seed: int, placeholders: bool = False) -> dict:
     """Feeds ``{input name: np.ndarray}`` for ``sess``: arrays of the ``--input`` files, the
-    other inputs random (see :data:`FEEDS_HELP`), shaped by ``--shape`` / ``--dim``.
+    other inputs random (see :data:`FEEDS_HELP`), shaped by ``--shape`` / ``--dim``. The
+    request is checked against the session's ``memory_limit`` (the feeds, then the plan)
+    before any random feed is made; ``placeholders``: no random feeds at all, zero-stride
+    views of their shapes and dtypes (what ``plan`` needs).
 
     Raises:
         click.BadParameter: a malformed item, a bad number, an unknown dim or input name, a
             missing or unreadable file, an array that does not fit its input (names the option).
-        click.UsageError: a dim of some input has no value (lists the inputs and the fixes).
+        click.UsageError: a dim of some input has no value (lists the inputs and the fixes), or
+            the feeds or their plan exceed the memory limit (exit code 2, nothing allocated).
     """
     graph_inputs = sess.model.graph.inputs
     dim_values, shape_values = _parse_dims(dims), _parse_shapes(shapes)
@@ -293,4 +298,11 @@ def feeds_from_options(sess, dims, shapes, inputs, seed: int) -> dict:
     missing = unbound_dims(graph_inputs, {**dims_of_given(graph_inputs, given), **dim_values}, shape_values, given)
     if missing:
         raise _missing_dims_error(graph_inputs, missing)
+    stand_ins = placeholder_feeds(sess, dim_values, shape_values, given)
+    try:
+        check_feeds_fit(sess, stand_ins)
+    except ResourceLimitError as exc:
+        raise click.UsageError(f"{one_line(exc)} (set DYNASHAPE_MEMORY_LIMIT to allow more)") from None
+    if placeholders:
+        return stand_ins
     return random_feeds(sess, dim_values, shape_values, given, seed=seed)

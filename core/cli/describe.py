@@ -96,7 +96,7 @@ def plan(model: str, dims, shapes, inputs, allocator: str, plot_path, fmt: str, 
 
     with cli_errors(model):
         sess = InferenceSession(model, allocator=allocator, validate_memory=False)
-        feeds = feeds_from_options(sess, dims, shapes, inputs, seed)
+        feeds = feeds_from_options(sess, dims, shapes, inputs, seed, placeholders=True)
         report = plan_report(sess, sess.plan(feeds))
     if plot_path:
         _draw(report, plot_path, model, feeds)

@@ -318,3 +318,59 @@ def test_a_sequence_input_is_named_instead_of_a_traceback(tmp_path):
     assert "'s' (seq(tensor(float)))" in result.output and "sequence/optional" in result.output
     with pytest.raises(dynashape.InvalidFeedError, match=r"'s' \(seq\(tensor\(float\)\)\)"):
         random_feeds(dynashape.InferenceSession(model))
+
+
+# --- sizes over the memory limit: refused before anything is allocated (issue 24) -----------
+
+_HUGE_RUN = """
+import resource, sys
+from click.testing import CliRunner
+from dynashape.cli import main
+result = CliRunner().invoke(main, sys.argv[1:])
+print("EXIT", result.exit_code)
+print("RSS_KB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+print(result.output)
+"""
+
+
+@pytest.mark.parametrize("command", ["run", "bench", "profile", "plan"])
+@pytest.mark.parametrize("model,dims", [("embed", ["batch=1000000000", "sequence=4"]),
+                                        ("image", ["N=1000000000", "x:2=8", "W=8"]),
+                                        ("embed", ["batch=300000000", "sequence=4"])])
+def test_a_size_over_the_memory_limit_is_one_usage_error_before_any_allocation(command, model, dims, files,
+                                                                                tmp_path):
+    import subprocess
+    import sys
+    args = [command, files[model]] + [a for d in dims for a in ("--dim", d)]
+    if command == "profile":
+        args += ["--output", str(tmp_path / "trace.json")]
+    env = dict(__import__("os").environ, DYNASHAPE_MEMORY_LIMIT="4GiB")
+    out = subprocess.run([sys.executable, "-c", _HUGE_RUN, *args], capture_output=True, text=True, env=env,
+                         timeout=120)
+    lines = out.stdout.splitlines()
+    assert lines[0] == "EXIT 2", out.stdout + out.stderr
+    rss_mib = int(lines[1].split()[1]) / 1024
+    assert rss_mib < 1024, rss_mib          # 300M x 4 int64s alone would be 9.6 GB
+    text = "\n".join(lines[2:])
+    assert "Traceback" not in text and "memory_limit" in text, text
+    errors = [line for line in text.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1, text
+
+
+def test_feeds_that_fit_but_a_plan_that_does_not_are_refused_by_the_plan_check():
+    """x float32[n] expanded to [1000, n]: n = 10^6 is 4 MB of feeds and a 4 GB output."""
+    from dynashape.errors import ResourceLimitError
+    from dynashape.feeds import check_feeds_fit, placeholder_feeds
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    shape = numpy_helper.from_array(np.array([1000, 1], np.int64), "shape")
+    g = helper.make_graph([helper.make_node("Expand", ["x", "shape"], ["y"])], "g", [x], [y], [shape])
+    sess = dynashape.InferenceSession(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
+                                      memory_limit="1GiB")
+    feeds = placeholder_feeds(sess, {"n": 1_000_000})
+    assert feeds["x"].shape == (1_000_000,) and feeds["x"].strides == (0,) and feeds["x"].dtype == np.float32
+    with pytest.raises(ResourceLimitError, match="Expand"):
+        check_feeds_fit(sess, feeds)
+    check_feeds_fit(sess, placeholder_feeds(sess, {"n": 1000}))       # 4 MB: fits
+    (out,) = sess.run(None, {"x": np.arange(3, dtype=np.float32)})     # the session is still usable
+    assert out.shape == (1000, 3) and out[999].tolist() == [0.0, 1.0, 2.0]
