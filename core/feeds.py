@@ -251,7 +251,7 @@ def check_feeds_fit(session, feeds: dict) -> None:
         ResourceLimitError: naming the input or the tensor, its bytes and the limit.
     """
     from .errors import DynashapeError, ResourceLimitError
-    from .limits import check_tensor
+    from .limits import check_tensor, format_bytes
     limit = session.memory_limit
     total = 0
     for name, a in feeds.items():
@@ -259,8 +259,9 @@ def check_feeds_fit(session, feeds: dict) -> None:
             check_tensor(a.shape, a.dtype.itemsize, limit, f"input '{name}'")
             total += int(np.prod(a.shape, dtype=object)) * a.dtype.itemsize
     if total > limit:
-        raise ResourceLimitError(f"the feeds ({', '.join(feeds)}) take {total} bytes together, over the session's "
-                                 f"memory_limit of {limit} bytes", nbytes=total, limit=limit)
+        raise ResourceLimitError(f"the feeds ({', '.join(feeds)}) take {format_bytes(total)} ({total} bytes) "
+                                 f"together, over the session's memory_limit of {format_bytes(limit)} ({limit} bytes)",
+                                 nbytes=total, limit=limit)
     try:
         session.plan(feeds)
     except ResourceLimitError:

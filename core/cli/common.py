@@ -272,6 +272,13 @@ def warmup_options(default: int):
     return decorate
 
 
+class TooLarge(click.ClickException):
+    """A request (dims, shapes) whose feeds or plan exceed the memory limit: one ``Error:``
+    line and exit code 2, as a usage error (the sizes asked for are the user's input)."""
+
+    exit_code = 2
+
+
 def feeds_from_options(sess, dims, shapes, inputs, seed: int, placeholders: bool = False) -> dict:
     """Feeds ``{input name: np.ndarray}`` for ``sess``: arrays of the ``--input`` files, the
     other inputs random (see :data:`FEEDS_HELP`), shaped by ``--shape`` / ``--dim``. The
@@ -282,8 +289,8 @@ def feeds_from_options(sess, dims, shapes, inputs, seed: int, placeholders: bool
     Raises:
         click.BadParameter: a malformed item, a bad number, an unknown dim or input name, a
             missing or unreadable file, an array that does not fit its input (names the option).
-        click.UsageError: a dim of some input has no value (lists the inputs and the fixes), or
-            the feeds or their plan exceed the memory limit (exit code 2, nothing allocated).
+        click.UsageError: a dim of some input has no value (lists the inputs and the fixes).
+        TooLarge: the feeds or their plan exceed the memory limit (exit code 2, nothing allocated).
     """
     graph_inputs = sess.model.graph.inputs
     dim_values, shape_values = _parse_dims(dims), _parse_shapes(shapes)
@@ -302,7 +309,7 @@ def feeds_from_options(sess, dims, shapes, inputs, seed: int, placeholders: bool
     try:
         check_feeds_fit(sess, stand_ins)
     except ResourceLimitError as exc:
-        raise click.UsageError(f"{one_line(exc)} (set DYNASHAPE_MEMORY_LIMIT to allow more)") from None
+        raise TooLarge(f"{one_line(exc)} (set DYNASHAPE_MEMORY_LIMIT to allow more)") from None
     if placeholders:
         return stand_ins
     return random_feeds(sess, dim_values, shape_values, given, seed=seed)
