@@ -20,7 +20,6 @@ the key cannot see, such as a module setting of a kernel plugin).
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
 import weakref
@@ -68,6 +67,7 @@ def model_key(source: Any) -> Optional[tuple]:
         data = memoryview(source)
         if data.nbytes > MAX_HASHED_BYTES:
             return None
+        import hashlib   # (here: a model read from a path never needs it, and it costs ~2 ms to import)
         return ("bytes", data.nbytes, hashlib.blake2b(data, digest_size=20).digest())
     return None
 

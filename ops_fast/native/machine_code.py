@@ -23,7 +23,6 @@ is rebuilt. With the cache off (``DYNASHAPE_CACHE_DIR=off``) every process build
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import json
 import mmap
 import os
@@ -67,6 +66,7 @@ def cache_key(ir_module: str, depends=()) -> str:
     Nothing is imported."""
     import importlib.util
     from importlib.metadata import version
+    import hashlib   # (~2 ms to import: only where machine code is looked up)
     digest = hashlib.sha256()
     for source in (importlib.util.find_spec(ir_module).origin, *depends, Path(__file__).with_name("ir_util.py")):
         digest.update(Path(source).read_bytes())
