@@ -244,6 +244,19 @@ class Engine:
         finally:
             self.give_context(ctx)
 
+    def check_plan(self, feeds: Sequence) -> None:
+        """Plan the signature of ``feeds`` as a run would, to see that it fits (every tensor and
+        the arena against ``memory_limit``), without caching or counting the plan or binding
+        its buffers: the next run plans it as a first run does.
+
+        Raises:
+            ResourceLimitError: a tensor or the arena is over the limit (named).
+            ShapeInferenceError: an op's rule is broken by these shapes.
+        """
+        with quiet_floating_point():
+            program, env = self._bind(feeds)
+            build_plan(program, program.segments[0], dict(zip(program.segments[0].symbols, env)))
+
     def stats_failed(self) -> None:
         """Count a run that failed before it reached a context (invalid feeds)."""
         ctx = self.take_context()

@@ -244,8 +244,9 @@ def placeholder_feeds(session, dims: Optional[dict] = None, shapes: Optional[dic
 def check_feeds_fit(session, feeds: dict) -> None:
     """Refuse a request whose feeds or plan exceed the session's ``memory_limit`` before
     anything of that size is allocated: ``feeds`` (placeholders, :func:`placeholder_feeds`)
-    are checked as the tensors they stand for, then planned (the session's own plan check:
-    every tensor and the arena against the limit).
+    are checked as the tensors they stand for, then planned (the session's own plan check,
+    ``InferenceSession.check_fits``: every tensor and the arena against the limit; the plan is
+    not kept, so the first run is still a cold one).
 
     Raises:
         ResourceLimitError: naming the input or the tensor, its bytes and the limit.
@@ -263,7 +264,7 @@ def check_feeds_fit(session, feeds: dict) -> None:
                                  f"together, over the session's memory_limit of {format_bytes(limit)} ({limit} bytes)",
                                  nbytes=total, limit=limit)
     try:
-        session.plan(feeds)
+        session.check_fits(feeds)
     except ResourceLimitError:
         raise
     except DynashapeError:

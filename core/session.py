@@ -634,6 +634,23 @@ class InferenceSession:
                                                else (None, type_key(a))))
         return self.engine.plan(key, feeds)
 
+    def check_fits(self, input_feed: Mapping[str, Any]) -> None:
+        """Raise ResourceLimitError where a run on feeds of these shapes and dtypes would go
+        over ``memory_limit`` (a tensor, the arena), before anything of that size is made; the
+        plan is neither cached nor counted (the next run plans as a first run does). Only the
+        feeds' shapes and dtypes are read, and the values of inputs shapes depend on: zero-stride
+        placeholders do (``dynashape.feeds.placeholder_feeds``).
+
+        Raises:
+            ResourceLimitError: naming the tensor (or node), its bytes and the limit.
+            InvalidFeedError: a feed does not fit its input.
+            ShapeInferenceError: an op's rule is broken by these shapes.
+        """
+        self._validate(input_feed)
+        feeds = [a if isinstance(a, np.ndarray) else feed_array(vi, a)
+                 for vi, a in zip(self._inputs, (input_feed[n] for n in self._input_names))]
+        self.engine.check_plan(feeds)
+
     def trim(self) -> None:
         """Release the arenas and every cached plan (memory comes back on the next run); those
         of the other sessions sharing this one's compiled model too (``dynashape.compiled``)."""
