@@ -27,6 +27,7 @@ __all__ = [
     "is_known",
     "pool_output_dim",
     "check_vector_inputs",
+    "require",
 ]
 
 
@@ -131,6 +132,21 @@ def check_vector_inputs(ctx: InferContext, names: dict) -> None:
         if shape is not None and len(shape) != 1:
             ctx.fail(f"input {i} '{name}' must be a 1-D tensor, got shape ({', '.join(map(str, shape))})",
                      kind="InvalidRank")
+
+
+def require(ctx: InferContext, a: Dim, relation: str, b: Dim, message: str, kind: str) -> None:
+    """A rule's condition on dims that holds for every binding: with ints it is decided here
+    and a false one fails (``ctx.fail(message, kind=kind)``); with a symbolic side it is
+    recorded as a guard (``ctx.assume``) that every new signature evaluates, and a signature
+    that breaks it is inferred per node, where the ints make this call fail with the same
+    error. ``relation``: ``==``, ``!=``, ``>=`` or ``>``.
+
+    Write ``require(ctx, c % 4, "==", 0, ...)`` rather than ``if isinstance(c, int) and c % 4:
+    ctx.fail(...)``, which checks nothing once ``c`` is symbolic (a wrong shape, then garbage,
+    for an input that should have been refused).
+    """
+    if not ctx.assume(a, relation, b):
+        ctx.fail(message, kind=kind)
 
 
 def check_dims_equal(ctx: InferContext, a: Dim, b: Dim, what: str) -> Dim:

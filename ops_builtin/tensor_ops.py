@@ -17,7 +17,7 @@ from dynashape.dtypes import is_float
 from dynashape.errors import ShapeInferenceError
 from dynashape.records import InferContext, OpLibrary, fixed_dtype, same_dtype
 from dynashape.shapes import (broadcast_shapes, check_dims_equal, check_vector_inputs, dim_max, dim_min,
-                              normalize_axes, normalize_axis, numel, value_list)
+                              normalize_axes, normalize_axis, numel, require, value_list)
 from dynashape.symbolic import Expr, is_nonneg
 
 lib = OpLibrary()
@@ -202,8 +202,8 @@ def _split_sizes(ctx, dim, n: int):
         if len(split) != n:
             ctx.fail(f"'split' has {len(split)} entries but the node has {n} outputs",
                      kind="SplitCountMismatch")
-        if any(isinstance(s, int) and s < 0 for s in split):
-            ctx.fail(f"'split' {split} has a negative entry", kind="SplitNegative")
+        for s in split:
+            require(ctx, s, ">=", 0, f"'split' {split} has a negative entry", "SplitNegative")
         if not ctx.assume(sum(split), "==", dim):   # a guard where the dim or an entry is symbolic
             ctx.fail(f"'split' {split} sums to {sum(split)} but the dim to split is {dim}",
                      kind="SplitSumMismatch")
@@ -214,8 +214,7 @@ def _split_sizes(ctx, dim, n: int):
                      kind="SplitCountMismatch")
         chunk = (dim + n - 1) // n
         last = dim - chunk * (n - 1)
-        if isinstance(last, int) and last < 0:
-            ctx.fail(f"a dim of {dim} cannot be split into {n} chunks of {chunk}", kind="SplitUneven")
+        require(ctx, last, ">=", 0, f"a dim of {dim} cannot be split into {n} chunks of {chunk}", "SplitUneven")
         return [chunk] * (n - 1) + [last]
     if not ctx.assume(dim % n, "==", 0):   # a guard where the dim is symbolic (no smaller last part)
         ctx.fail(f"a dim of {dim} cannot be split evenly into {n} outputs", kind="SplitUneven")
@@ -600,8 +599,8 @@ def _gather_nd_shape(ctx):
     if b < 0 or b >= min(len(data), len(idx)):
         ctx.fail(f"batch_dims {b} must be in [0, min(rank(data), rank(indices)) - 1]", kind="InvalidRank")
     for j in range(b):
-        if isinstance(data[j], int) and isinstance(idx[j], int) and data[j] != idx[j]:
-            ctx.fail(f"batch dim {j} differs: data {data[j]} vs indices {idx[j]}", kind="GatherNDBatchMismatch")
+        require(ctx, data[j], "==", idx[j], f"batch dim {j} differs: data {data[j]} vs indices {idx[j]}",
+                "GatherNDBatchMismatch")
     k = idx[-1]
     if not isinstance(k, int):
         return [None]
@@ -703,9 +702,8 @@ def _scatter_elements_infer(ctx):
         ctx.fail(f"data, indices and updates must have the same rank >= 1, got {len(data)}, "
                  f"{len(idx)} and {len(upd)}", kind="InvalidRank")
     for j, (a, b) in enumerate(zip(idx, upd)):
-        if isinstance(a, int) and isinstance(b, int) and a != b:
-            ctx.fail(f"indices and updates must have the same shape (axis {j}: {a} vs {b})",
-                     kind="ScatterShapeMismatch")
+        require(ctx, a, "==", b, f"indices and updates must have the same shape (axis {j}: {a} vs {b})",
+                "ScatterShapeMismatch")
     normalize_axis(ctx, ctx.attr("axis", 0), len(data))
     _reduction(ctx, ("none", "add", "mul") + (("max", "min") if ctx.opset >= 18 else ()))
     return [tuple(data)]
@@ -759,14 +757,16 @@ def _scatter_nd_shape(ctx):
         ctx.fail("data and indices must have rank >= 1", kind="InvalidRank")
     _reduction(ctx, ("none", "add", "mul") + (("max", "min") if ctx.opset >= 18 else ()))
     k = idx[-1]
-    if isinstance(k, int):
-        if k > len(data):
-            ctx.fail(f"indices.shape[-1] = {k} exceeds rank(data) = {len(data)}", kind="InvalidRank")
-        want = tuple(idx[:-1]) + tuple(data[k:])
-        if len(upd) != len(want) or any(isinstance(a, int) and isinstance(b, int) and a != b
-                                         for a, b in zip(upd, want)):
-            ctx.fail(f"updates must have shape indices.shape[:-1] + data.shape[k:] = "
-                     f"({', '.join(map(str, want))})", kind="ScatterShapeMismatch")
+    if not isinstance(k, int):   # (the rule's ranks depend on it: the node is inferred with real shapes)
+        ctx.fail("indices.shape[-1] (the index depth) is not known", kind="UnknownIndexDepth")
+    if k > len(data):
+        ctx.fail(f"indices.shape[-1] = {k} exceeds rank(data) = {len(data)}", kind="InvalidRank")
+    want = tuple(idx[:-1]) + tuple(data[k:])
+    message = f"updates must have shape indices.shape[:-1] + data.shape[k:] = ({', '.join(map(str, want))})"
+    if len(upd) != len(want):
+        ctx.fail(message, kind="ScatterShapeMismatch")
+    for a, b in zip(upd, want):
+        require(ctx, a, "==", b, message, "ScatterShapeMismatch")
     return [tuple(data)]
 
 
@@ -829,8 +829,8 @@ def _tile_repeats(ctx, rank):
         if len(reps) != rank:
             ctx.fail(f"repeats has {len(reps)} values but the input has rank {rank}",
                      kind="TileRepeatsMismatch")
-    if any(isinstance(r, int) and r < 0 for r in reps):
-        ctx.fail(f"repeats {reps} must be >= 0", kind="TileNegativeRepeat")
+    for r in reps:
+        require(ctx, r, ">=", 0, f"repeats {reps} must be >= 0", "TileNegativeRepeat")
     return reps
 
 
@@ -924,10 +924,9 @@ def _pad_shape(ctx):
     out = []
     for a, (d, (b, e)) in enumerate(zip(shape, widths)):
         n = d + b + e
-        if isinstance(n, int) and n < 0:
-            ctx.fail(f"pads ({b}, {e}) on axis {a} leave a negative size {n}", kind="PadNegativeResult")
-        if mode != "constant" and isinstance(d, int) and d == 0 and (b > 0 or e > 0):
-            ctx.fail(f"mode '{mode}' cannot pad the empty axis {a}", kind="PadEmptyAxis")
+        require(ctx, n, ">=", 0, f"pads ({b}, {e}) on axis {a} leave a negative size {n}", "PadNegativeResult")
+        if mode != "constant" and (b > 0 or e > 0):
+            require(ctx, d, "!=", 0, f"mode '{mode}' cannot pad the empty axis {a}", "PadEmptyAxis")
         if mode == "reflect" and not all(ctx.assume(d, ">", p) for p in (b, e) if p > 0):
             ctx.fail(f"mode 'reflect' needs pads smaller than the dim: pads ({b}, {e}) on axis {a} of size {d}",
                      kind="PadReflectTooLarge")
@@ -1025,8 +1024,8 @@ def _depth_to_space_shape(ctx):
     spec, DepthToSpace-13.
     """
     (n, c, h, w), bs, _ = _block_args(ctx)
-    if isinstance(c, int) and c % (bs * bs):
-        ctx.fail(f"channels {c} are not divisible by blocksize^2 = {bs * bs}", kind="BlocksizeMismatch")
+    require(ctx, c % (bs * bs), "==", 0, f"channels {c} are not divisible by blocksize^2 = {bs * bs}",
+            "BlocksizeMismatch")
     return [(n, c // (bs * bs), h * bs, w * bs)]
 
 
@@ -1053,8 +1052,7 @@ def _space_to_depth_shape(ctx):
     """
     (n, c, h, w), bs, _ = _block_args(ctx)
     for name, d in (("height", h), ("width", w)):
-        if isinstance(d, int) and d % bs:
-            ctx.fail(f"{name} {d} is not divisible by blocksize {bs}", kind="BlocksizeMismatch")
+        require(ctx, d % bs, "==", 0, f"{name} {d} is not divisible by blocksize {bs}", "BlocksizeMismatch")
     return [(n, c * bs * bs, h // bs, w // bs)]
 
 

@@ -1184,3 +1184,70 @@ def test_compress_known_condition_is_planned_symbolically(allocator):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
     sess = assert_runs_match_ort(model, [{"x": f32(3, 4, 2)}, {"x": f32(3, 2, 2)}, {"x": f32(1, 3, 2)}], allocator)
     assert sess.stats.resolved_plans == 1       # M = 2 < 3 breaks the guard M >= 3
+
+
+# Rules checked on every binding (issue 24): a symbolic dim is guarded, not skipped -------
+
+def _guarded_model(node, inputs, inits=(), opset=18):
+    vi = helper.make_tensor_value_info
+    graph = helper.make_graph([node], "g", [vi(n, t, dims) for n, t, dims in inputs],
+                              [vi(o, onnx.TensorProto.FLOAT, None) for o in node.output], list(inits))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+F, I64 = onnx.TensorProto.FLOAT, onnx.TensorProto.INT64
+GUARDED = {
+    # op: (node, inputs, initializers, good feeds, bad feeds, kind)
+    "DepthToSpace": (helper.make_node("DepthToSpace", ["x"], ["y"], blocksize=2, name="n"),
+                     [("x", F, ["N", "C", 2, 3])], [],
+                     [{"x": f32(1, 8, 2, 3)}, {"x": f32(2, 4, 2, 3)}], {"x": f32(1, 6, 2, 3)}, "BlocksizeMismatch"),
+    "SpaceToDepth": (helper.make_node("SpaceToDepth", ["x"], ["y"], blocksize=2, name="n"),
+                     [("x", F, [1, 2, "H", 4])], [],
+                     [{"x": f32(1, 2, 4, 4)}, {"x": f32(1, 2, 2, 4)}], {"x": f32(1, 2, 3, 4)}, "BlocksizeMismatch"),
+    "GatherND": (helper.make_node("GatherND", ["x", "i"], ["y"], batch_dims=1, name="n"),
+                 [("x", F, ["B", 3, 4]), ("i", I64, ["BI", 2, 1])], [],
+                 [{"x": f32(2, 3, 4), "i": np.array([[[0], [2]], [[1], [1]]], np.int64)}],
+                 {"x": f32(2, 3, 4), "i": np.zeros((3, 2, 1), np.int64)}, "GatherNDBatchMismatch"),
+    "ScatterElements": (helper.make_node("ScatterElements", ["x", "i", "u"], ["y"], axis=0, name="n"),
+                        [("x", F, [4, 3]), ("i", I64, ["R", 3]), ("u", F, ["U", 3])], [],
+                        [{"x": f32(4, 3), "i": np.array([[0, 1, 2], [3, 0, 1]], np.int64), "u": f32(2, 3)}],
+                        {"x": f32(4, 3), "i": np.zeros((2, 3), np.int64), "u": f32(1, 3)}, "ScatterShapeMismatch"),
+    "ScatterND": (helper.make_node("ScatterND", ["x", "i", "u"], ["y"], name="n"),
+                  [("x", F, [4, "W"]), ("i", I64, ["R", 1]), ("u", F, ["U", "V"])], [],
+                  [{"x": f32(4, 5), "i": np.array([[3], [0]], np.int64), "u": f32(2, 5)}],
+                  {"x": f32(4, 5), "i": np.array([[3], [0]], np.int64), "u": f32(2, 4)}, "ScatterShapeMismatch"),
+    "Pad": (helper.make_node("Pad", ["x", "p"], ["y"], mode="constant", name="n"),
+            [("x", F, ["N", 3])], [onnx.numpy_helper.from_array(np.array([-2, 0, 0, 0], np.int64), "p")],
+            [{"x": f32(5, 3)}, {"x": f32(2, 3)}], {"x": f32(1, 3)}, "PadNegativeResult"),
+    "Pad-edge": (helper.make_node("Pad", ["x", "p"], ["y"], mode="edge", name="n"),
+                 [("x", F, ["N", 3])], [onnx.numpy_helper.from_array(np.array([1, 0, 1, 0], np.int64), "p")],
+                 [{"x": f32(2, 3)}], {"x": f32(0, 3)}, "PadEmptyAxis"),
+}
+
+
+@pytest.mark.parametrize("op", sorted(GUARDED))
+def test_a_rule_on_a_symbolic_dim_refuses_a_binding_that_breaks_it(op):
+    """Each of these rules used to check its condition only for int dims: with the dims
+    symbolic, a bad input reached the kernel (numpy's reshape failing inside: an
+    ExecutionError, not the op's error) or ran (ScatterElements with 2 index rows and 1
+    update row wrote a result). Now the condition is a guard: good bindings match
+    onnxruntime, a bad one raises the op's named error for the node, and the session runs
+    good ones after it."""
+    node, inputs, inits, good, bad, kind = GUARDED[op]
+    sess = assert_runs_match_ort(_guarded_model(node, inputs, inits), good)
+    with pytest.raises(dynashape.ShapeInferenceError) as info:
+        sess.run(None, bad)
+    assert info.value.kind == kind and info.value.node == "n", str(info.value)
+    (y,) = sess.run(None, good[0])
+    np.testing.assert_allclose(y, ort_run(_guarded_model(node, inputs, inits), good[0])[0], rtol=1e-6)
+
+
+def test_split18_num_outputs_refuses_a_symbolic_dim_its_chunks_overrun():
+    """num_outputs=4 of a symbolic D: D=5 is chunks of 2, 2, 1 and -1 (invalid: SplitUneven),
+    D=7 is 2, 2, 2, 1."""
+    node = helper.make_node("Split", ["x"], ["a", "b", "c", "d"], axis=0, num_outputs=4, name="n")
+    model = _guarded_model(node, [("x", F, ["D"])])
+    sess = assert_runs_match_ort(model, [{"x": f32(7)}, {"x": f32(8)}])
+    with pytest.raises(dynashape.ShapeInferenceError) as info:
+        sess.run(None, {"x": f32(5)})
+    assert info.value.kind == "SplitUneven" and info.value.node == "n", str(info.value)

@@ -1,0 +1,127 @@
+"""Rules sound for every binding (issue 24): an op's shape rule must not check or correct a
+dim only when it is an ``int``. With the dim symbolic such a branch is skipped, no guard is
+recorded, and a signature that breaks the condition is planned as if it held (a wrong shape,
+a kernel failing inside numpy, or garbage). ``dynashape.shapes.require`` (and
+``check_dims_equal``) decide the condition for ints and record a guard (``ctx.assume``) for
+symbolic dims, so per-node inference raises the op's error for a bad binding.
+
+This test reads the source of every op library (builtin, compiled kernels, the example plugin)
+and finds ``if`` statements whose condition tests ``isinstance(..., int)`` (or ``is_known``)
+and whose body fails or raises: the pattern ``require`` replaces. A condition that fails when
+a dim is *not* an int (``if not isinstance(k, int): ctx.fail(...)``) is sound (symbolic
+inference fails, the node is inferred with real shapes at run time) and is not reported.
+
+``AUDIT_PENDING`` lists the functions that still have the pattern, found when the check was
+written and not yet audited: each is either unsound (give it ``require``) or sound for a
+reason the audit writes down (then move it to ``SOUND``). A function not in either list fails
+the test, and so does an entry that no longer has the pattern (remove it): the lists only
+shrink.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LIBRARIES = ["ops_builtin", "ops_fast", "plugins_example/dynashape_example"]
+
+#: audited: the int-only branch is sound (why)
+SOUND: dict[str, str] = {
+    "core/shapes.py:check_dims_equal": "the symbolic case records ctx.assume(a == b) below the int branch",
+}
+
+#: found when this check was written; to be audited (see the module docstring)
+AUDIT_PENDING = frozenset({
+    "ops_builtin/attention.py:_attention_dims", "ops_builtin/attention.py:_causal_conv_shape",
+    "ops_builtin/attention.py:_check_mask", "ops_builtin/attention.py:_divisible",
+    "ops_builtin/attention.py:_flex_shape", "ops_builtin/attention.py:_linear_attention_dims",
+    "ops_builtin/attention.py:_rotary_shape", "ops_builtin/attention.py:_tensor_scatter_shape",
+    "ops_builtin/control_flow.py:_scalar_flag", "ops_builtin/control_flow.py:_scan_length",
+    "ops_builtin/detection.py:_check_scalar_input", "ops_builtin/elementwise.py:_clip_shape",
+    "ops_builtin/elementwise.py:_legacy_broadcast_shape", "ops_builtin/elementwise.py:_sym_div",
+    "ops_builtin/image.py:_affine_grid_shape", "ops_builtin/image.py:_center_crop_pad_shape",
+    "ops_builtin/image.py:_col2im_shape",
+    "ops_builtin/image.py:_deform_conv_shape", "ops_builtin/image.py:_deform_geometry",
+    "ops_builtin/image.py:_max_unpool_shape", "ops_builtin/linalg.py:_check_quant_param",
+    "ops_builtin/linalg.py:_merge_label", "ops_builtin/ml.py:_extractor_shape", "ops_builtin/ml.py:_tree_shape",
+    "ops_builtin/nn.py:_conv_shape", "ops_builtin/nn.py:_conv_transpose_shape", "ops_builtin/nn.py:_group_norm_shape",
+    "ops_builtin/nn.py:_layer_norm_shape", "ops_builtin/nn.py:_param_shape_check", "ops_builtin/nn.py:_spatial_kernel",
+    "ops_builtin/nn.py:_window_geometry", "ops_builtin/quantization.py:_int_conv_shape",
+    "ops_builtin/reduction.py:_make_reduce_infer", "ops_builtin/reduction.py:infer", "ops_builtin/resize.py:_request",
+    "ops_builtin/resize.py:_resize_shape", "ops_builtin/sequence.py:_scalar_position",
+    "ops_builtin/shape_ops.py:_constant_of_shape_infer", "ops_builtin/shape_ops.py:_expand_infer",
+    "ops_builtin/tensor_ops.py:_onehot_shape",
+    "ops_builtin/tensor_ops.py:_topk_shape",
+    "ops_builtin/training.py:_check_scalar", "plugins_example/dynashape_example/attention.py:_attention_shape",
+    "plugins_example/dynashape_example/attention.py:_check_mask", "plugins_example/dynashape_example/mha.py:_divides",
+    "plugins_example/dynashape_example/mha.py:_gqa_shape", "plugins_example/dynashape_example/mha.py:_mha_check_mask",
+    "plugins_example/dynashape_example/mha.py:_rotary_shape",
+})
+
+
+def _names_int(call: ast.Call) -> bool:
+    if getattr(call.func, "id", None) in ("is_known", "all_ints", "_all_ints"):
+        return True
+    if getattr(call.func, "id", None) != "isinstance" or len(call.args) != 2:
+        return False
+    kinds = call.args[1].elts if isinstance(call.args[1], ast.Tuple) else [call.args[1]]
+    return any(getattr(k, "id", getattr(k, "attr", None)) in ("int", "integer") for k in kinds)
+
+
+def _sound_direction(test: ast.expr) -> bool:
+    """``not isinstance(d, int)`` (possibly or-ed with more such): fails only where a dim is
+    not concrete."""
+    parts = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or) else [test]
+    return all(isinstance(p, ast.UnaryOp) and isinstance(p.op, ast.Not) and isinstance(p.operand, ast.Call)
+               and _names_int(p.operand) for p in parts)
+
+
+def _fails(body: list) -> bool:
+    return any((isinstance(n, ast.Call) and getattr(n.func, "attr", None) == "fail") or isinstance(n, ast.Raise)
+               for stmt in body for n in ast.walk(stmt))
+
+
+def concrete_only_checks() -> set[str]:
+    """``"path:function"`` of every function with an int-only branch that fails."""
+    found = set()
+    paths = [p for lib in LIBRARIES for p in sorted((ROOT / lib).rglob("*.py"))] + [ROOT / "core" / "shapes.py"]
+    for path in paths:
+        tree = ast.parse(path.read_text())
+        for fn in ast.walk(tree):
+            if not isinstance(fn, ast.FunctionDef):
+                continue
+            for n in ast.walk(fn):
+                if isinstance(n, ast.If) and not _sound_direction(n.test) and _fails(n.body) and any(
+                        isinstance(c, ast.Call) and _names_int(c) for c in ast.walk(n.test)):
+                    found.add(f"{path.relative_to(ROOT).as_posix()}:{fn.name}")
+    return found
+
+
+def test_no_new_rule_checks_a_dim_only_when_it_is_an_int():
+    if not (ROOT / "plugins_example").is_dir():
+        pytest.skip("a source checkout is needed")
+    found = concrete_only_checks()
+    new = sorted(found - AUDIT_PENDING - set(SOUND))
+    assert not new, (f"{new}: these rules check a dim only when it is an int; use dynashape.shapes.require "
+                     "(or check_dims_equal), which also guards symbolic dims (see this test's docstring)")
+    stale = sorted((AUDIT_PENDING | set(SOUND)) - found)
+    assert not stale, f"{stale} no longer have the pattern: remove them from the lists"
+
+
+def test_require_decides_ints_and_guards_symbols():
+    from dynashape.errors import ShapeInferenceError
+    from dynashape.model import Node
+    from dynashape.records import InferContext
+    from dynashape.shapes import require
+    from dynashape.symbolic import sym
+    ctx = InferContext(Node("n", "Op", "", ("x",), ("y",)), 17, [(4,)], [None], [None], symbolic=True)
+    require(ctx, 8 % 4, "==", 0, "never", "Never")
+    assert ctx.guards == []
+    with pytest.raises(ShapeInferenceError) as info:
+        require(ctx, 6 % 4, "==", 0, "channels 6 are not divisible by 4", "BlocksizeMismatch")
+    assert info.value.kind == "BlocksizeMismatch" and "channels 6" in str(info.value)
+    c = sym("c")
+    require(ctx, c % 4, "==", 0, "unused for a symbol", "BlocksizeMismatch")
+    assert ctx.guards == [(c % 4, "==", 0)]
