@@ -174,9 +174,7 @@ class Engine:
     def make_plan(self, key, feeds: Sequence, ctx: ExecutionContext) -> Plan:
         """Plan a signature (of the feeds, in input order) and cache it under ``key``."""
         t0 = time.perf_counter()
-        program, env = self._bind(feeds)
-        plan = build_plan(program, program.segments[0], dict(zip(program.segments[0].symbols, env)),
-                          validate=self.validate)
+        plan = self._build_plan(feeds, self.validate)
         if self.validate:
             check_plan_memory(plan)
         with self._lock:
@@ -254,8 +252,12 @@ class Engine:
             ShapeInferenceError: an op's rule is broken by these shapes.
         """
         with quiet_floating_point():
-            program, env = self._bind(feeds)
-            build_plan(program, program.segments[0], dict(zip(program.segments[0].symbols, env)))
+            self._build_plan(feeds)
+
+    def _build_plan(self, feeds: Sequence, validate: bool = False) -> Plan:
+        program, env = self._bind(feeds)
+        return build_plan(program, program.segments[0], dict(zip(program.segments[0].symbols, env)),
+                          validate=validate)
 
     def stats_failed(self) -> None:
         """Count a run that failed before it reached a context (invalid feeds)."""

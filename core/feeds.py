@@ -203,6 +203,18 @@ def random_feeds(session, dims: Optional[dict] = None, shapes: Optional[dict] = 
         InvalidFeedError: a dim has no value (the message lists every input with its
             declared shape and the missing dims), or an input has no numeric element type.
     """
+    inputs, dims, shapes, given = _request(session, dims, shapes, given)
+    bounds = index_bounds(session.model.graph)
+    rng = np.random.default_rng(seed)
+    for vi in inputs:
+        if vi.name not in given:
+            given[vi.name] = _values(vi, input_shape(vi, dims, shapes), bounds.get(vi.name), rng)
+    return given
+
+
+def _request(session, dims: Optional[dict], shapes: Optional[dict], given: Optional[dict]) -> tuple:
+    """(inputs, dims, shapes, given) of a feeds request, every dim bound (the dims of the given
+    arrays included), or InvalidFeedError naming what is missing."""
     dims, shapes, given = dict(dims or {}), shapes or {}, dict(given or {})
     inputs = session.model.graph.inputs
     check_tensor_inputs(inputs, given)
@@ -213,12 +225,7 @@ def random_feeds(session, dims: Optional[dict] = None, shapes: Optional[dict] = 
             f"no value for dim(s) {', '.join(map(repr, missing))} of the inputs "
             f"{', '.join(f'{vi.name} {declared_shape(vi)}' for vi in inputs)}: bind them in dims "
             "(by dim_param, or 'input:axis') or give whole shapes")
-    bounds = index_bounds(session.model.graph)
-    rng = np.random.default_rng(seed)
-    for vi in inputs:
-        if vi.name not in given:
-            given[vi.name] = _values(vi, input_shape(vi, dims, shapes), bounds.get(vi.name), rng)
-    return given
+    return inputs, dims, shapes, given
 
 
 def placeholder_feeds(session, dims: Optional[dict] = None, shapes: Optional[dict] = None,
@@ -231,10 +238,7 @@ def placeholder_feeds(session, dims: Optional[dict] = None, shapes: Optional[dic
     Raises:
         InvalidFeedError: as :func:`random_feeds`.
     """
-    dims, shapes, given = dict(dims or {}), shapes or {}, dict(given or {})
-    inputs = session.model.graph.inputs
-    check_tensor_inputs(inputs, given)
-    dims = {**dims_of_given(inputs, given), **dims}
+    inputs, dims, shapes, given = _request(session, dims, shapes, given)
     for vi in inputs:
         if vi.name not in given:
             given[vi.name] = np.broadcast_to(np.zeros((), vi.dtype), input_shape(vi, dims, shapes))

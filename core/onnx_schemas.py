@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 import threading
+from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple, Optional
 
@@ -82,11 +83,10 @@ def _cache_file(domain: str, op_type: str) -> Optional[Path]:
     return root / f"onnx-schemas-{onnx_version()}" / (domain or "ai.onnx") / f"{op_type}.json"
 
 
+@lru_cache(maxsize=None)
 def newest_opset() -> int:
     """The newest ai.onnx opset the installed onnx defines (``onnx.defs.onnx_opset_version``),
     from the cache when it holds it."""
-    if _newest:
-        return _newest[0]
     root = cache_dir()
     path = None if root is None else root / f"onnx-schemas-{onnx_version()}" / "newest-opset.json"
     found = read_json(path)
@@ -94,11 +94,7 @@ def newest_opset() -> int:
         from onnx import defs
         found = int(defs.onnx_opset_version())
         write_json(path, found)
-    _newest.append(found)
     return found
-
-
-_newest: list = []
 
 
 def get_schema(op_type: str, opset: int, domain: str) -> Optional[Schema]:

@@ -627,12 +627,16 @@ class InferenceSession:
         or made now, without running; an execution context binds its buffers as a run would.
         ``plan(...).memory`` has ``arena_bytes``, ``lower_bound_bytes``, ``naive_bytes``,
         ``planning_ms`` and the blocks."""
-        self._validate(input_feed)
-        feeds = [a if isinstance(a, np.ndarray) else feed_array(vi, a)
-                 for vi, a in zip(self._inputs, (input_feed[n] for n in self._input_names))]
+        feeds = self._checked_feeds(input_feed)
         key = tuple(x for a in feeds for x in ((a.shape, a.dtype) if isinstance(a, np.ndarray)
                                                else (None, type_key(a))))
         return self.engine.plan(key, feeds)
+
+    def _checked_feeds(self, input_feed: Mapping[str, Any]) -> list:
+        """The feeds, validated, in input order (arrays where the input is a tensor)."""
+        self._validate(input_feed)
+        return [a if isinstance(a, np.ndarray) else feed_array(vi, a)
+                for vi, a in zip(self._inputs, (input_feed[n] for n in self._input_names))]
 
     def check_fits(self, input_feed: Mapping[str, Any]) -> None:
         """Raise ResourceLimitError where a run on feeds of these shapes and dtypes would go
@@ -646,10 +650,7 @@ class InferenceSession:
             InvalidFeedError: a feed does not fit its input.
             ShapeInferenceError: an op's rule is broken by these shapes.
         """
-        self._validate(input_feed)
-        feeds = [a if isinstance(a, np.ndarray) else feed_array(vi, a)
-                 for vi, a in zip(self._inputs, (input_feed[n] for n in self._input_names))]
-        self.engine.check_plan(feeds)
+        self.engine.check_plan(self._checked_feeds(input_feed))
 
     def trim(self) -> None:
         """Release the arenas and every cached plan (memory comes back on the next run); those

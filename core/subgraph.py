@@ -61,8 +61,7 @@ class SubgraphRunner:
         self._settings = (dict(opsets), allocator, outer_dims or {}, outer_dtypes or {}, validate, plan_cache_size,
                           optimize, memory_limit)
         self._engine: Optional[Engine] = None
-        self._prepared = None
-        self._rewrites = RewriteReport.unchanged(len(graph.nodes))
+        self._prepared = self._rewrites = None     # (set with the engine by _compile)
         self._lock = threading.Lock()
 
     # the body is compiled when it first runs (an If's branch that is never taken, never) ----
