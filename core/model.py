@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional, Union
+from typing import Any, ClassVar, Iterable, Optional, Union
 
 import numpy as np
 
@@ -95,6 +95,10 @@ class Node:
     version of its domain for this node alone (a rewrite making an ONNX op newer than the
     model's opset); None takes the model's."""
 
+    #: the imported model holds no symbolic dims: a kernel's prepared value that keeps its
+    #: node (If, Loop, Scan) is not searched through (dynashape.node.contains_expr)
+    opaque_to_tracing: ClassVar[bool] = True
+
     name: str
     op_type: str
     domain: str
@@ -113,6 +117,8 @@ class Graph:
 
     ``initializers`` are read-only arrays. A session drops those no node reads after
     constant folding (:meth:`release`); ``released`` keeps their shapes and dtypes."""
+
+    opaque_to_tracing: ClassVar[bool] = True   # (as Node's)
 
     name: str
     nodes: list[Node]
