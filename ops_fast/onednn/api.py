@@ -326,6 +326,9 @@ class Blocking(NamedTuple):
     inner_idxs: tuple
 
 
+#: one primitive's kernel made at a time (two threads executing a new primitive make it once)
+_MAKING = threading.Lock()
+
 #: call sites (see :meth:`Primitive.execute`) a primitive keeps memory objects for, per thread
 MAX_SITES = 256
 
@@ -336,19 +339,37 @@ class Primitive:
     ``args`` are the oneDNN argument ids in the order :meth:`execute` takes pointers for
     them; ``mds`` their descriptors (None: asked from the primitive descriptor with
     ``dnnl_query_exec_arg_md``).
+
+    The primitive itself (oneDNN's JIT-generated kernel, ~0.1-0.5 ms to make) is made when
+    it first executes: a primitive only asked which layouts it reads (the probe a packed
+    weight's layout is chosen with, the alternatives :meth:`PackedWeights.primitive`
+    weighs) never is. An implementation missing for the arguments is reported when the
+    descriptor is made, here; only a failure to make the kernel (out of memory) is
+    reported by the first :meth:`execute`.
     """
 
     __slots__ = ("_pd", "_prim", "args", "mds", "impl", "_local", "__weakref__")
 
     def __init__(self, pd: _vp, args: Sequence[int], mds: Sequence[MemoryDesc]):
         self._pd = _Handle(pd, "dnnl_primitive_desc_destroy")
-        self._prim = _Handle(_new("dnnl_primitive_create", pd), "dnnl_primitive_destroy")
+        self._prim: Optional[_Handle] = None
         self.args = tuple(args)
         self.mds = tuple(mds)
         info = ctypes.c_char_p()
         library().dnnl_primitive_desc_query(pd, QUERY_IMPL_INFO, 0, ctypes.byref(info))
         self.impl = (info.value or b"").decode()
         self._local = threading.local()
+
+    @property
+    def made(self) -> bool:
+        """Whether the kernel has been made (the primitive executed once)."""
+        return self._prim is not None
+
+    def _make(self) -> _vp:
+        with _MAKING:
+            if self._prim is None:
+                self._prim = _Handle(_new("dnnl_primitive_create", self._pd.handle), "dnnl_primitive_destroy")
+        return self._prim.handle
 
     def queried(self, what: int, dims: Sequence[int]) -> MemoryDesc:
         """A copy of the descriptor the primitive chose for ``what`` (QUERY_WEIGHTS, ...)."""
@@ -394,7 +415,8 @@ class Primitive:
             if entry[1] != pointer:
                 set_handle(handles[k], pointer)
                 entry[1] = pointer
-        status = b.run(self._prim.handle, b.stream, b.n, b.array)
+        prim = self._prim
+        status = b.run(prim.handle if prim is not None else self._make(), b.stream, b.n, b.array)
         if status != SUCCESS:
             raise OneDNNError("dnnl_primitive_execute", status)
 

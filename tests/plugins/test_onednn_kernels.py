@@ -949,3 +949,41 @@ def test_the_primitive_cache_makes_each_key_once_and_drops_the_oldest():
     assert cache.get("c", make, "c", 3) == ("c", 3)          # full: "a", the oldest, is dropped
     assert cache.get("a", make, "a", 4) == ("a", 4) and made == ["a", "b", "c", "a"]
     assert cache.get("c", make, "c", 5) == ("c", 3)          # "b" went to make room for "a"; "c" stayed
+
+
+def test_a_primitive_is_made_when_it_first_executes_and_a_probe_never(monkeypatch):
+    """The kernel of a primitive (oneDNN's JIT code) is made at its first execute: the probe
+    a packed weight's layout is chosen with (a conv over a guessed 16 x 16 image when H and W
+    are symbolic, a 64-row GEMM) is never made. A session of a Conv, and one of a MatMul,
+    each make one kernel, the reorder that packs the weight; the first run one, for its
+    shapes; a second run of the same shapes none. Results as onnxruntime's."""
+    made = []
+    new = api._new
+
+    def counting(name, *args):
+        if name == "dnnl_primitive_create":
+            made.append(name)
+        return new(name, *args)
+    monkeypatch.setattr(api, "_new", counting)
+    so = dynashape.SessionOptions()
+    so.intra_op_num_threads = 1
+    conv = _conv_model(4, 8, 3, pads=[1, 1, 1, 1])
+    gemm = _model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", ["a", 128])], [("w", _rand(128, 64))])
+    for model, op, x in ((conv, "NhwcConv", _rand(1, 4, 9, 7)), (gemm, "MatMul", _rand(40, 128))):
+        made.clear()
+        sess = dynashape.InferenceSession(model.SerializeToString(), so)
+        assert op in {st.kernel.op_type for st in sess.program.steps if st.kernel.plugin == "onednn"}
+        assert len(made) == 1, made                 # the weight's reorder
+        (y,) = sess.run(None, {"x": x})
+        assert len(made) == 2
+        (again,) = sess.run(None, {"x": x})
+        assert len(made) == 2
+        (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+            None, {"x": x})
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+        np.testing.assert_array_equal(again, y)
+    probe = api.make_eltwise(16, "relu")
+    assert not probe.made and probe.impl          # a descriptor: its implementation is known
+    data = np.array([-1.0, 2.0] * 8, np.float32)
+    probe.execute((data, data))
+    assert probe.made and data.tolist() == [0.0, 2.0] * 8
