@@ -131,7 +131,10 @@ class PackedConv:
         self.post_ops = eltwise_post_ops(ctx.attr("activation", ""), ctx.attr("activation_params", []))
         self._primitives = api.PrimitiveCache(MAX_PRIMITIVES)
         dims = self._weight_dims()
-        probe = self._make(self._probe_shape(ctx.shape(0)), api.MemoryDesc(dims, tag=api.ANY))
+        # (a ResNet's blocks of one shape share one probe)
+        probe_shape = self._probe_shape(ctx.shape(0))
+        probe = api.shared(("conv-probe",) + self._key(probe_shape), self._make, probe_shape,
+                           api.MemoryDesc(dims, tag=api.ANY))
         strides = [int(np.prod(dims[i + 1:])) for i in range(len(dims))]
         self.weights = api.PackedWeights(api.MemoryDesc(dims, strides=strides), np.ascontiguousarray(w, dtype=F32),
                                          probe.mds[1], weight_memory(ctx))
@@ -180,13 +183,17 @@ class PackedConv:
         """(primitive, pointer of the weights in the layout it reads) for an input shape."""
         return self._primitives.get((x_nchw, threads), self._packed_primitive, x_nchw, threads)
 
-    def _packed_primitive(self, x_nchw: tuple, threads: int) -> tuple:
+    def _key(self, x_nchw: tuple) -> tuple:
+        """What a primitive for this input shape depends on, but the weights' layout and the threads."""
         strides, dilates, pad_l, pad_r, _ = self._geometry(x_nchw)
-        conv = (x_nchw, self.m, self.c, self.group, self.kernel, strides, dilates, tuple(pad_l), tuple(pad_r))
+        return (x_nchw, self.m, self.c, self.group, self.kernel, strides, dilates, tuple(pad_l), tuple(pad_r),
+                self.post_ops, self.residual, self.bias is not None)
+
+    def _packed_primitive(self, x_nchw: tuple, threads: int) -> tuple:
+        conv = self._key(x_nchw)
 
         def make(md: api.MemoryDesc) -> api.Primitive:
-            key = ("conv", conv, md, self.post_ops, self.residual, self.bias is not None, threads)
-            return api.shared(key, self._make, x_nchw, md)
+            return api.shared(("conv", conv, md, threads), self._make, x_nchw, md)
         return self.weights.primitive(make)
 
     def run(self, x: np.ndarray, y: np.ndarray, z: Optional[np.ndarray]) -> None:

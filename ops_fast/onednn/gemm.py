@@ -137,7 +137,8 @@ class PackedGemm:
         self.plain = np.ascontiguousarray(weight, dtype=F32) if weight.nbytes <= KEEP_PLAIN_BYTES and cheap else None
         self.epilogue = epilogue
         self._primitives = api.PrimitiveCache(MAX_PRIMITIVES)
-        probe = self._make(64, self.k, 1, api.MemoryDesc((self.k, self.n), tag=api.ANY))
+        # (the layout depends only on these: a transformer's layers of one width share one probe)
+        probe = api.shared(("matmul-probe", self.k, self.n, post_ops, self.bias is not None), self._probe)
         chosen = _padded(probe.mds[1])
         self.weights = self.panels = self.row_major = None
         self._address = 0
@@ -164,6 +165,11 @@ class PackedGemm:
     @property
     def nbytes(self) -> int:
         return self.panels.nbytes if self.panels is not None else self.weights.nbytes
+
+    def _probe(self) -> api.Primitive:
+        """A 64-row product with the weight's layout left to oneDNN (never executed: only
+        the layout it chose is read)."""
+        return self._make(64, self.k, 1, api.MemoryDesc((self.k, self.n), tag=api.ANY))
 
     def _make(self, m: int, row_stride: int, col_stride: int, weights: api.MemoryDesc) -> api.Primitive:
         src = api.MemoryDesc((m, self.k), strides=(row_stride, col_stride))

@@ -987,3 +987,31 @@ def test_a_primitive_is_made_when_it_first_executes_and_a_probe_never(monkeypatc
     data = np.array([-1.0, 2.0] * 8, np.float32)
     probe.execute((data, data))
     assert probe.made and data.tolist() == [0.0, 2.0] * 8
+
+
+def test_weights_of_one_shape_share_the_probe_that_chooses_their_layout(monkeypatch):
+    """Two MatMul weights of one shape (a transformer's layers) are packed after one probe
+    (a primitive descriptor search, ~0.3 ms each): one descriptor made at session creation for
+    both, and each weight in the layout it chose; values as onnxruntime's."""
+    made = []
+    new = api._new
+
+    def counting(name, *args):
+        made.append(name)
+        return new(name, *args)
+    monkeypatch.setattr(api, "SHARED", api.PrimitiveCache(api.SHARED_CAPACITY))
+    monkeypatch.setattr(api, "_new", counting)
+    w1, w2 = _rand(128, 96), _rand(128, 96)
+    m = _model([helper.make_node("MatMul", ["x", "w1"], ["y1"]), helper.make_node("MatMul", ["x", "w2"], ["y2"])],
+               [("x", ["a", 128])], [("w1", w1), ("w2", w2)], outputs=("y1", "y2"))
+    so = dynashape.SessionOptions()
+    so.intra_op_num_threads = 1
+    sess = dynashape.InferenceSession(m.SerializeToString(), so)
+    packed = [st.prepacked for st in sess.program.steps if st.prepacked is not None]
+    assert len(packed) == 2
+    assert made.count("dnnl_matmul_primitive_desc_create") == 1
+    x = _rand(40, 128)
+    got = sess.run(None, {"x": x})
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
