@@ -133,8 +133,7 @@ class PackedConv:
         dims = self._weight_dims()
         # (a ResNet's blocks of one shape share one probe)
         probe_shape = self._probe_shape(ctx.shape(0))
-        probe = api.shared(("conv-probe",) + self._key(probe_shape), self._make, probe_shape,
-                           api.MemoryDesc(dims, tag=api.ANY))
+        probe = api.shared(("conv-probe",) + self._key(probe_shape), self._probe, probe_shape)
         strides = [int(np.prod(dims[i + 1:])) for i in range(len(dims))]
         self.weights = api.PackedWeights(api.MemoryDesc(dims, strides=strides), np.ascontiguousarray(w, dtype=F32),
                                          probe.mds[1], weight_memory(ctx))
@@ -144,6 +143,11 @@ class PackedConv:
         if self.group == 1:
             return (self.m, self.c, kh, kw)
         return (self.group, self.m // self.group, self.c // self.group, kh, kw)
+
+    def _probe(self, x_nchw: tuple) -> api.Primitive:
+        """A conv over ``x_nchw`` with the weight's layout left to oneDNN (never executed:
+        only the layout it chose is read)."""
+        return self._make(x_nchw, api.MemoryDesc(self._weight_dims(), tag=api.ANY))
 
     def _probe_shape(self, x_nhwc) -> tuple:
         """An NCHW input shape for choosing the weights' layout: X's dims where they are

@@ -964,6 +964,7 @@ def test_a_primitive_is_made_when_it_first_executes_and_a_probe_never(monkeypatc
         if name == "dnnl_primitive_create":
             made.append(name)
         return new(name, *args)
+    monkeypatch.setattr(api, "SHARED", api.PrimitiveCache(api.SHARED_CAPACITY))   # (none from earlier tests)
     monkeypatch.setattr(api, "_new", counting)
     so = dynashape.SessionOptions()
     so.intra_op_num_threads = 1
