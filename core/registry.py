@@ -340,26 +340,69 @@ def load_entry_points() -> dict[str, str]:
 def _entry_points() -> list:
     """The entry points of the group ``dynashape``. Finding them reads the metadata of every
     installed distribution (~5-15 ms), so they are kept in the per-user cache
-    (:mod:`dynashape.usercache`) with the modification times of the directories on
-    ``sys.path``: installing or removing a distribution changes its directory's, and the
-    entry points are read again."""
-    stamp = []
-    for entry in sys.path:
-        try:
-            stamp.append([entry, os.stat(entry or ".").st_mtime_ns])
-        except OSError:
-            stamp.append([entry, None])
+    (:mod:`dynashape.usercache`) with the ``sys.path`` entries they were read under, each
+    with its modification time and whether it held distribution metadata then. They are
+    read again when the entries differ, or when a directory that held metadata changed
+    (installing or removing a distribution changes its directory's time) or one that held
+    none now holds some. A directory without metadata that changed (the running script's
+    own, edited between runs) costs a listing of its names, not a new read."""
+    entries = list(sys.path)
     root = cache_dir()
     path = None if root is None else root / f"entry-points-{sys.implementation.cache_tag}.json"
     cached = read_json(path)
-    if isinstance(cached, dict) and cached.get("sys_path") == stamp:
-        try:
-            return [metadata.EntryPoint(name, value, ENTRY_POINT_GROUP) for name, value in cached["entry_points"]]
-        except (KeyError, TypeError, ValueError):
-            pass
+    if isinstance(cached, dict):
+        stamp = _still_valid(cached.get("sys_path"), entries)
+        if stamp is not None:
+            try:
+                found = [metadata.EntryPoint(name, value, ENTRY_POINT_GROUP) for name, value in cached["entry_points"]]
+            except (KeyError, TypeError, ValueError):
+                found = None
+            if found is not None:
+                if stamp != cached["sys_path"]:
+                    write_json(path, {"sys_path": stamp, "entry_points": cached["entry_points"]})
+                return found
     found = list(metadata.entry_points(group=ENTRY_POINT_GROUP))
+    stamp = [[entry, _mtime(entry), _holds_metadata(entry)] for entry in entries]
     write_json(path, {"sys_path": stamp, "entry_points": [[ep.name, ep.value] for ep in found]})
     return found
+
+
+#: the names importlib.metadata finds distributions by, in a sys.path directory
+_METADATA_SUFFIXES = (".dist-info", ".egg-info", ".egg")
+
+
+def _mtime(entry: str) -> Optional[int]:
+    try:
+        return os.stat(entry or ".").st_mtime_ns
+    except OSError:
+        return None
+
+
+def _holds_metadata(entry: str) -> bool:
+    """Whether a sys.path entry holds distribution metadata (an entry that is no directory,
+    a zip, is taken to; an absent one holds none)."""
+    try:
+        return any(name.endswith(_METADATA_SUFFIXES) for name in os.listdir(entry or "."))
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+
+
+def _still_valid(stamp: Any, entries: list) -> Optional[list]:
+    """The stamp of ``entries`` when entry points read under ``stamp`` still hold, else None."""
+    try:
+        if [entry for entry, _, _ in stamp] != entries:
+            return None
+        now = []
+        for entry, mtime, holds in stamp:
+            current = _mtime(entry)
+            if current != mtime and (holds or _holds_metadata(entry)):
+                return None
+            now.append([entry, current, bool(holds)])
+        return now
+    except (TypeError, ValueError):   # a stamp of another form (an earlier version's)
+        return None
 
 
 def plugin_load_errors() -> dict[str, str]:
