@@ -30,7 +30,7 @@ import numpy as np
 
 from .dtypes import ValueType
 from .errors import ShapeInferenceError
-from .symbolic import Expr, sym
+from .symbolic import Expr, is_nonneg_polynomial, sym
 
 __all__ = [
     "Shape",
@@ -288,7 +288,10 @@ class InferContext:
         """State a condition on dims that the symbolic rule just taken relies on.
 
         ``relation`` is one of ``==``, ``!=``, ``>=``, ``>``. With two ints it returns the
-        comparison. With a symbolic side the rule holds only where the condition does
+        comparison; a ``>=`` that holds for every binding (``n + 1 >= 1``: every symbol is
+        a dim, >= 0; a polynomial in the symbols only, as an atom such as a broadcast checks
+        something when it is evaluated) returns True and records nothing. Otherwise the rule holds only where
+        the condition does
         (a Reshape target entry ``n`` means "copy" when ``n`` is 0): it is recorded as a
         guard that every new signature evaluates, a signature that breaks it is planned by
         per-node inference instead, and True is returned.
@@ -297,6 +300,8 @@ class InferContext:
         diff = a - b
         if isinstance(diff, (int, np.integer)):  # decided structurally: a op b <=> a - b op 0
             return test(int(diff), 0)
+        if relation == ">=" and is_nonneg_polynomial(diff):   # true for every binding: no guard
+            return True
         self.guards.append((a, relation, b))
         return True
 

@@ -15,9 +15,9 @@ import threading
 from contextlib import contextmanager
 from typing import Callable, Iterable, Iterator, Mapping, Union
 
-__all__ = ["Expr", "Dim", "sym", "is_known", "is_nonneg", "evaluate", "dim_max", "dim_min", "dim_broadcast",
-           "BroadcastError", "dim_str", "free_symbols", "to_code", "CODE_NAMESPACE", "provably_unequal",
-           "strict_comparisons", "UndecidedComparison", "as_atom"]
+__all__ = ["Expr", "Dim", "sym", "is_known", "is_nonneg", "is_nonneg_polynomial", "evaluate", "dim_max", "dim_min",
+           "dim_broadcast", "BroadcastError", "dim_str", "free_symbols", "to_code", "CODE_NAMESPACE",
+           "provably_unequal", "strict_comparisons", "UndecidedComparison", "as_atom"]
 
 Dim = Union[int, "Expr"]
 
@@ -469,6 +469,15 @@ def is_nonneg(d) -> bool:
             if not (any if a[0] == "max" else all)(is_nonneg(x) for x in a[1]):
                 return False
     return True
+
+
+def is_nonneg_polynomial(d) -> bool:
+    """True when ``d`` is a non-negative int or a sum of products of symbols with non-negative
+    coefficients: >= 0 for every binding, and evaluated without a check of its own (unlike an
+    atom such as a broadcast, whose evaluation refuses dims that do not broadcast)."""
+    if isinstance(d, int):
+        return d >= 0
+    return isinstance(d, Expr) and all(c >= 0 and all(a[0] == "s" for a, _ in m) for m, c in d._terms.items())
 
 
 def provably_unequal(a, b) -> bool:

@@ -14,7 +14,7 @@ import numpy as np
 from dynashape.dtypes import is_float, is_integer, np_dtype
 from dynashape.onnx_proto import TensorProto
 from dynashape.records import OpLibrary, fixed_dtype, same_dtype
-from dynashape.shapes import broadcast_shapes, check_vector_inputs, dim_max, numel
+from dynashape.shapes import broadcast_shapes, check_vector_inputs, dim_max, numel, require
 from dynashape.symbolic import Expr, is_nonneg
 
 lib = OpLibrary()
@@ -469,8 +469,7 @@ def _constant_of_shape_infer(ctx):
     if dims is None:
         return [_unknown_vector_dims(ctx, 0)]
     for d in dims:
-        if isinstance(d, int) and d < 0:
-            ctx.fail(f"shape {dims} has a negative dim; expected dims >= 0", kind="ConstantOfShapeNegativeDim")
+        require(ctx, d, ">=", 0, f"shape {dims} has a negative dim; expected dims >= 0", "ConstantOfShapeNegativeDim")
     return [tuple(dims)]
 
 
@@ -601,8 +600,7 @@ def _expand_infer(ctx):
             return [None]
         return [tuple(ctx.new_dim() for _ in range(max(len(shape), n)))]
     for d in dims:
-        if isinstance(d, int) and d < 0:
-            ctx.fail(f"shape {dims} has a negative dim; expected dims >= 0", kind="ExpandNegativeDim")
+        require(ctx, d, ">=", 0, f"shape {dims} has a negative dim; expected dims >= 0", "ExpandNegativeDim")
     if shape is None:
         return [None]
     return [broadcast_shapes(ctx, tuple(shape), tuple(dims))]

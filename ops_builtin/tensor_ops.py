@@ -1095,8 +1095,10 @@ def _onehot_shape(ctx):
     values'. Raises InvalidValues, OneHotNegativeDepth. Source: ONNX operator spec, OneHot-11.
     """
     idx, vals = ctx.shape(0), ctx.shape(2)
-    if len(vals) != 1 or (isinstance(vals[0], int) and vals[0] != 2):
-        ctx.fail("values must be a 1-D tensor [off_value, on_value] of 2 elements", kind="InvalidValues")
+    message = "values must be a 1-D tensor [off_value, on_value] of 2 elements"
+    if len(vals) != 1:
+        ctx.fail(message, kind="InvalidValues")
+    require(ctx, vals[0], "==", 2, message, "InvalidValues")
     axis = normalize_axis(ctx, ctx.attr("axis", -1), len(idx) + 1)
     depth = _depth_value(ctx)
     if depth is None:
@@ -1221,8 +1223,10 @@ def _topk_shape(ctx):
     k = _topk_k(ctx)
     if k is None:
         k = ctx.new_dim()
-    elif k < 0 or (isinstance(shape[axis], int) and k > shape[axis]):
-        ctx.fail(f"k = {k} must be in [0, {shape[axis]}] (the size of axis {axis})", kind="TopKInvalidK")
+    else:
+        message = f"k = {k} must be in [0, {shape[axis]}] (the size of axis {axis})"
+        require(ctx, k, ">=", 0, message, "TopKInvalidK")
+        require(ctx, shape[axis], ">=", k, message, "TopKInvalidK")
     out = tuple(shape[:axis]) + (k,) + tuple(shape[axis + 1:])
     return [out, out]
 

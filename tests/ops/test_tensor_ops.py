@@ -14,7 +14,7 @@ from dynashape.dtypes import onnx_type
 from dynashape.model import Node
 from dynashape.records import InferContext
 from dynashape.registry import get_registry
-from dynashape.symbolic import dim_max, dim_min, evaluate, sym
+from dynashape.symbolic import dim_broadcast, dim_max, dim_min, evaluate, sym
 from dynashape.testing import infer_node, run_node
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
@@ -1219,6 +1219,10 @@ GUARDED = {
     "Pad": (helper.make_node("Pad", ["x", "p"], ["y"], mode="constant", name="n"),
             [("x", F, ["N", 3])], [onnx.numpy_helper.from_array(np.array([-2, 0, 0, 0], np.int64), "p")],
             [{"x": f32(5, 3)}, {"x": f32(2, 3)}], {"x": f32(1, 3)}, "PadNegativeResult"),
+    "OneHot": (helper.make_node("OneHot", ["i", "d", "v"], ["y"], name="n"),
+               [("i", I64, [3]), ("v", F, ["V"])], [onnx.numpy_helper.from_array(np.array(4, np.int64), "d")],
+               [{"i": np.array([0, 3, 1], np.int64), "v": np.array([0.5, 2.0], np.float32)}],
+               {"i": np.array([0, 3, 1], np.int64), "v": np.array([0.5, 2.0, 3.0], np.float32)}, "InvalidValues"),
     "Pad-edge": (helper.make_node("Pad", ["x", "p"], ["y"], mode="edge", name="n"),
                  [("x", F, ["N", 3])], [onnx.numpy_helper.from_array(np.array([1, 0, 1, 0], np.int64), "p")],
                  [{"x": f32(2, 3)}], {"x": f32(0, 3)}, "PadEmptyAxis"),
@@ -1240,6 +1244,62 @@ def test_a_rule_on_a_symbolic_dim_refuses_a_binding_that_breaks_it(op):
     assert info.value.kind == kind and info.value.node == "n", str(info.value)
     (y,) = sess.run(None, good[0])
     np.testing.assert_allclose(y, ort_run(_guarded_model(node, inputs, inits), good[0])[0], rtol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["Expand", "ConstantOfShape"])
+def test_a_computed_shape_with_a_symbolic_dim_that_goes_negative_is_refused(op):
+    """The target shape is Shape(x) - 3 (a dim N - 3): N >= 3 runs as onnxruntime, N = 2
+    asks for a dim of -1, which the op refuses by name, and the session runs after it. (The
+    rule is now a guard, N - 3 >= 0; a negative planned dim sent this signature to per-node
+    inference before too, so this one is kept as a regression test.)"""
+    vi = helper.make_tensor_value_info
+    sub = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Sub", ["s", "three"], ["t"])]
+    last = (helper.make_node("Expand", ["one", "t"], ["y"], name="n") if op == "Expand"
+            else helper.make_node("ConstantOfShape", ["t"], ["y"], name="n"))
+    inits = [onnx.numpy_helper.from_array(np.array([3], np.int64), "three"),
+             onnx.numpy_helper.from_array(np.array([1.5], np.float32), "one")]
+    graph = helper.make_graph(sub + [last], "g", [vi("x", F, ["N"])], [vi("y", F, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    sess = assert_runs_match_ort(model, [{"x": f32(5)}, {"x": f32(3)}, {"x": f32(4)}])
+    with pytest.raises(dynashape.ShapeInferenceError) as info:
+        sess.run(None, {"x": f32(2)})
+    assert info.value.kind == f"{op}NegativeDim" and info.value.node == "n", str(info.value)
+    (y,) = sess.run(None, {"x": f32(6)})
+    np.testing.assert_array_equal(y, np.full(3, 1.5 if op == "Expand" else 0.0, np.float32))
+
+
+def test_topk_refuses_a_symbolic_axis_shorter_than_k():
+    """k = 3 over a symbolic axis D: D = 5 and 3 run as onnxruntime; D = 2 raises TopKInvalidK
+    for the node (it used to reach the kernel: numpy's broadcast error, an ExecutionError)."""
+    vi = helper.make_tensor_value_info
+    node = helper.make_node("TopK", ["x", "k"], ["y", "i"], axis=1, name="n")
+    graph = helper.make_graph([node], "g", [vi("x", F, [2, "D"])], [vi("y", F, None), vi("i", I64, None)],
+                              [onnx.numpy_helper.from_array(np.array([3], np.int64), "k")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    sess = assert_runs_match_ort(model, [{"x": f32(2, 5)}, {"x": f32(2, 3)}])
+    with pytest.raises(dynashape.ShapeInferenceError) as info:
+        sess.run(None, {"x": f32(2, 2)})
+    assert info.value.kind == "TopKInvalidK" and info.value.node == "n", str(info.value)
+    x = np.array([[1, 5, 2, 4], [0, -1, 3, 3]], np.float32)
+    y, i = sess.run(None, {"x": x})
+    np.testing.assert_array_equal(y, [[5, 4, 2], [3, 3, 0]])
+    np.testing.assert_array_equal(i, [[1, 3, 2], [2, 3, 0]])
+
+
+def test_a_condition_that_holds_for_every_binding_records_no_guard():
+    """ctx.assume(a, ">=", b) with a - b provably >= 0 (every symbol is a dim) is true for
+    every signature: nothing to check per signature. One that some binding breaks is a guard."""
+    n = sym("n")
+    (out, _), _, ctx = sym_infer("TopK", [(2, n + 3), ()], [np.dtype(np.float32), np.dtype(np.int64)],
+                               values=[None, np.array([3], np.int64)], attrs={"axis": 1}, n_outputs=2)
+    assert out == (2, 3) and ctx.guards == []
+    (out, _), _, ctx = sym_infer("TopK", [(2, n), ()], [np.dtype(np.float32), np.dtype(np.int64)],
+                               values=[None, np.array([3], np.int64)], attrs={"axis": 1}, n_outputs=2)
+    assert out == (2, 3) and ctx.guards == [(n, ">=", 3)]
+    # an atom checks something when it is evaluated (a broadcast refuses 2 against 3): kept as a guard
+    b = dim_broadcast(n, sym("m"))
+    assert ctx.assume(b, ">=", 0) and ctx.guards[-1] == (b, ">=", 0)
+    assert ctx.assume(n * sym("m") + 2, ">=", 1) and len(ctx.guards) == 2
 
 
 def test_split18_num_outputs_refuses_a_symbolic_dim_its_chunks_overrun():
