@@ -28,7 +28,7 @@ from typing import NamedTuple
 import numpy as np
 from dynashape.dtypes import as_dtype, compute_dtype, np_dtype
 from dynashape.records import OpLibrary, same_dtype
-from dynashape.shapes import dim_max, dim_min, is_known, normalize_axis, numel, pool_output_dim
+from dynashape.shapes import dim_max, dim_min, is_known, normalize_axis, numel, pool_output_dim, require
 
 from .reduction import trailing_sums
 
@@ -240,12 +240,14 @@ def _conv_shape(ctx):
     if not ctx.assume(c, "==", w[1] * group):   # a guard where C is symbolic (a feed's channels)
         ctx.fail(f"input channels {c} must equal W.shape[1] * group = {w[1]} * {group}",
                  kind="ChannelMismatch")
-    if is_known(m) and m % group != 0:
-        ctx.fail(f"output channels {m} must be divisible by group {group}", kind="ChannelMismatch")
+    require(ctx, m % group, "==", 0, f"output channels {m} must be divisible by group {group}", "ChannelMismatch")
     if ctx.has_input(2):
         b = ctx.shape(2)
-        if b is not None and (len(b) != 1 or (is_known(b[0]) and is_known(m) and b[0] != m)):
-            ctx.fail(f"bias B must have shape ({m},), got {tuple(b)}", kind="BiasShapeMismatch")
+        if b is not None:
+            message = f"bias B must have shape ({m},), got {tuple(b)}"
+            if len(b) != 1:
+                ctx.fail(message, kind="BiasShapeMismatch")
+            require(ctx, b[0], "==", m, message, "BiasShapeMismatch")
     kernel = _spatial_kernel(ctx, x, w, required=False)
     geom = _window_geometry(ctx, x[2:], kernel)
     return [(x[0], m) + geom.out]
@@ -1006,9 +1008,11 @@ def _param_shape_check(ctx, i: int, expected, what: str) -> None:
     shape = ctx.shape(i)
     if shape is None or expected is None:
         return
-    if len(shape) != len(expected) or any(is_known(a) and is_known(b) and a != b
-                                          for a, b in zip(shape, expected)):
-        ctx.fail(f"{what} must have shape {tuple(expected)}, got {tuple(shape)}", kind="ParamShapeMismatch")
+    message = f"{what} must have shape {tuple(expected)}, got {tuple(shape)}"
+    if len(shape) != len(expected):
+        ctx.fail(message, kind="ParamShapeMismatch")
+    for a, b in zip(shape, expected):
+        require(ctx, a, "==", b, message, "ParamShapeMismatch")
 
 
 def _bn_training(ctx) -> bool:
