@@ -22,7 +22,7 @@ from collections.abc import Callable
 import numpy as np
 from dynashape.dtypes import is_float, is_integer
 from dynashape.records import OpLibrary, fixed_dtype, same_dtype
-from dynashape.shapes import broadcast_shapes, check_dims_equal, dim_max, dim_min
+from dynashape.shapes import broadcast_shapes, check_dims_equal, dim_max, dim_min, require
 from dynashape.symbolic import provably_unequal, Expr
 
 lib = OpLibrary()
@@ -700,9 +700,9 @@ def _clip_shape(ctx):
         _check_same_dtype(ctx, (0, 1, 2))
         for i, name in ((1, "min"), (2, "max")):
             s = ctx.shape(i) if ctx.has_input(i) else None
-            if s is not None and not all(d == 1 for d in s) and all(isinstance(d, int) for d in s):
-                ctx.fail(f"{name} has shape ({', '.join(map(str, s))}), expected a scalar",
-                         kind="ClipBoundNotScalar")
+            for d in s or ():
+                require(ctx, d, "==", 1, f"{name} has shape ({', '.join(map(str, s))}), expected a scalar",
+                        "ClipBoundNotScalar")
     return [ctx.shape(0)]
 
 

@@ -39,7 +39,7 @@ AUDIT_PENDING = frozenset({
     "ops_builtin/attention.py:_flex_shape", "ops_builtin/attention.py:_linear_attention_dims",
     "ops_builtin/attention.py:_rotary_shape", "ops_builtin/attention.py:_tensor_scatter_shape",
     "ops_builtin/control_flow.py:_scalar_flag", "ops_builtin/control_flow.py:_scan_length",
-    "ops_builtin/detection.py:_check_scalar_input", "ops_builtin/elementwise.py:_clip_shape",
+    "ops_builtin/detection.py:_check_scalar_input",
     "ops_builtin/elementwise.py:_legacy_broadcast_shape", "ops_builtin/elementwise.py:_sym_div",
     "ops_builtin/image.py:_affine_grid_shape", "ops_builtin/image.py:_center_crop_pad_shape",
     "ops_builtin/image.py:_col2im_shape",
