@@ -1154,10 +1154,12 @@ def _layer_norm_shape(ctx):
         s = ctx.shape(i)
         if s is None:
             continue
-        if len(s) > len(normalized) or any(is_known(a) and is_known(b) and a != b and a != 1
-                                           for a, b in zip(s[::-1], normalized[::-1])):
-            ctx.fail(f"{name} shape {tuple(s)} is not broadcastable to the normalised shape "
-                     f"{normalized}", kind="ParamShapeMismatch")
+        message = f"{name} shape {tuple(s)} is not broadcastable to the normalised shape {normalized}"
+        if len(s) > len(normalized):
+            ctx.fail(message, kind="ParamShapeMismatch")
+        for a, b in zip(s[::-1], normalized[::-1]):
+            if a != 1:   # (a symbolic a bound to 1 breaks the guard: inferred per node, where 1 broadcasts)
+                require(ctx, a, "==", b, message, "ParamShapeMismatch")
     stats = tuple(x[:axis]) + (1,) * len(normalized)
     return [tuple(x)] + [stats] * (ctx.num_outputs - 1)
 
@@ -1233,8 +1235,8 @@ def _group_norm_shape(ctx):
         ctx.fail(f"num_groups {groups} must be >= 1", kind="InvalidAttribute")
     if x is None:
         return [None]
-    if is_known(x[1]) and x[1] % int(groups) != 0:
-        ctx.fail(f"channels {x[1]} must be divisible by num_groups {groups}", kind="ChannelMismatch")
+    require(ctx, x[1] % int(groups), "==", 0, f"channels {x[1]} must be divisible by num_groups {groups}",
+            "ChannelMismatch")
     expected = (x[1],) if ctx.opset >= 21 else (int(groups),)
     _param_shape_check(ctx, 1, expected, "scale")
     _param_shape_check(ctx, 2, expected, "bias")
