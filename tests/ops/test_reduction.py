@@ -387,3 +387,23 @@ def test_reduce_value_inputs_only_in_input_form():
     assert reg.resolve_op("", "ReduceMean", 13).value_inputs == ()
     assert reg.resolve_op("", "ReduceMean", 18).value_inputs == (1,)
     assert reg.resolve_op("", "ReduceSum", 13).value_inputs == (1,)
+
+
+def test_an_axes_input_of_symbolic_length_is_checked_when_it_runs():
+    """axes of a symbolic length K: the output binds at run time, where K = 3 axes for a
+    rank-2 input are refused by name (the rule test_rule_guards lists as sound), and the
+    session runs after it."""
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("ReduceSum", ["x", "a"], ["y"], keepdims=0, name="n")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+                                            helper.make_tensor_value_info("a", TensorProto.INT64, ["K"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    sess = dynashape.InferenceSession(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]))
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(sess.run(None, {"x": x, "a": np.array([1], np.int64)})[0], [3, 12])
+    for axes in ([0, 1, 0], [0, 1, 1]):
+        with pytest.raises(dynashape.ShapeInferenceError) as info:
+            sess.run(None, {"x": x, "a": np.array(axes, np.int64)})
+        assert info.value.kind == "DuplicateAxes" and info.value.node == "n"
+    np.testing.assert_array_equal(sess.run(None, {"x": x, "a": np.array([0, -1], np.int64)})[0], 15)
