@@ -288,13 +288,13 @@ class InferContext:
         """State a condition on dims that the symbolic rule just taken relies on.
 
         ``relation`` is one of ``==``, ``!=``, ``>=``, ``>``. With two ints it returns the
-        comparison; a ``>=`` that holds for every binding (``n + 1 >= 1``: every symbol is
-        a dim, >= 0; a polynomial in the symbols only, as an atom such as a broadcast checks
-        something when it is evaluated) returns True and records nothing. Otherwise the rule holds only where
-        the condition does
-        (a Reshape target entry ``n`` means "copy" when ``n`` is 0): it is recorded as a
-        guard that every new signature evaluates, a signature that breaks it is planned by
-        per-node inference instead, and True is returned.
+        comparison. A ``>=`` that holds for every binding returns True and records nothing:
+        ``a - b`` a polynomial in the symbols with non-negative coefficients (``n + 1 >= 1``;
+        every symbol is a dim, >= 0), never one holding an atom such as a broadcast, whose
+        evaluation checks something of its own. Otherwise the rule holds only where the
+        condition does (a Reshape target entry ``n`` means "copy" when ``n`` is 0): it is
+        recorded as a guard that every new signature evaluates, a signature that breaks it is
+        planned by per-node inference instead, and True is returned.
         """
         test = _RELATIONS[relation]
         diff = a - b
