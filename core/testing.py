@@ -28,10 +28,18 @@ from .registry import get_registry
 __all__ = ["run_node", "infer_node", "infer_symbolic", "check_op", "OpCheck"]
 
 
+def _node_attrs(attrs: Optional[dict]) -> dict:
+    """The attributes as a model's node holds them: a TensorProto value (ConstantOfShape's
+    ``value``, a Constant's) becomes its numpy array, as when a model is read."""
+    from .onnx_proto import TensorProto, to_array
+
+    return {k: to_array(v) if isinstance(v, TensorProto) else v for k, v in (attrs or {}).items()}
+
+
 def _prepared_node(op_type, inputs, attrs, opset, domain, n_outputs) -> PreparedNode:
     names = tuple("" if x is None else f"in{i}" for i, x in enumerate(inputs))
     node = Node(f"{op_type}_test", op_type, domain, names, tuple(f"out{i}" for i in range(n_outputs)),
-                dict(attrs or {}))
+                _node_attrs(attrs))
     opdef = get_registry().resolve_op(domain, op_type, opset, node.name)
     return PreparedNode(node, opdef, opset, tuple(i if x is not None else -1 for i, x in enumerate(inputs)),
                         tuple(range(len(inputs), len(inputs) + n_outputs)))
@@ -75,7 +83,7 @@ def infer_symbolic(op_type: str, shapes: Sequence, dtypes: Sequence, attrs: Opti
 
     names = tuple(f"in{i}" if s is not None else "" for i, s in enumerate(shapes))
     node = Node(f"{op_type}_test", op_type, domain, names, tuple(f"out{i}" for i in range(n_outputs)),
-                dict(attrs or {}))
+                _node_attrs(attrs))
     ctx = InferContext(node, opset, list(shapes), [None if d is None else np.dtype(d) for d in dtypes],
                        list(values) if values is not None else [None] * len(shapes), symbolic=True)
     return get_registry().resolve_op(domain, op_type, opset, node.name).infer_shape(ctx), ctx

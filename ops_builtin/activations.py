@@ -89,7 +89,7 @@ def _leaky_relu(args, out, prep):
 
 def _elu_into(x, out, alpha, scale_x=1.0):
     """max(x, 0) + alpha * (exp(min(x, 0) / scale_x) - 1)"""
-    neg = np.minimum(x, 0)
+    neg = np.minimum(x, 0, out=np.empty_like(out))   # (out=: a 0-d x would give a numpy scalar)
     if scale_x != 1.0:
         neg /= scale_x
     np.expm1(neg, out=neg)
@@ -115,7 +115,7 @@ def _celu(args, out, prep):
 
 def _softplus_into(x, out):
     """log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|)), without overflow."""
-    t = np.abs(x)
+    t = np.abs(x, out=np.empty_like(out))
     np.negative(t, out=t)
     np.exp(t, out=t)
     np.log1p(t, out=t)
@@ -129,7 +129,7 @@ def _softplus(args, out, _):
 
 def _softsign(args, out, _):
     x = args[0]
-    den = np.abs(x)
+    den = np.abs(x, out=np.empty_like(out))
     den += 1
     np.divide(x, den, out=out)
 
@@ -161,14 +161,14 @@ def _gelu_shape(ctx):
 def _gelu(args, out, use_tanh):
     x = args[0]
     if use_tanh:
-        t = x * x
+        t = np.multiply(x, x, out=np.empty_like(out))
         t *= 0.044715
         t += 1
         t *= x
         t *= _SQRT_2_OVER_PI
         np.tanh(t, out=t)
     else:
-        t = x * _SQRT_HALF
+        t = np.multiply(x, _SQRT_HALF, out=np.empty_like(out))
         erf_into(t, t)
     t += 1
     t *= 0.5
@@ -178,7 +178,7 @@ def _gelu(args, out, use_tanh):
 def _swish(args, out, prep):
     """x * sigmoid(alpha * x) = x / (1 + exp(-alpha * x)); ``out`` may alias x."""
     x, (alpha,) = args[0], prep
-    t = np.multiply(x, -alpha, dtype=out.dtype)
+    t = np.multiply(x, -alpha, out=np.empty_like(out))
     np.exp(t, out=t)
     t += 1
     np.divide(x, t, out=out)

@@ -130,14 +130,27 @@ def _window_geometry(ctx, in_spatial, kernel, *, ceil_mode: bool = False,
     else:
         pads = _int_list(ctx, "pads", 2 * n, 0, 0)
     begin, end = tuple(pads[:n]), tuple(pads[n:])
-    out = []
-    for d, k, s, b, e, dil in zip(in_spatial, kernel, strides, begin, end, dilations):
-        o = pool_output_dim(d, k, s, b, e, dil, ceil_mode)
-        if is_known(o) and o < 1 and not (is_known(d) and d == 0):
-            ctx.fail(f"spatial dim {d} with pads ({b}, {e}) is smaller than the kernel extent "
-                     f"{(k - 1) * dil + 1}", kind="InvalidShape")
-        out.append(o)
+    out = [_window_count(ctx, i, d, k, s, b, e, dil, ceil_mode)
+           for i, (d, k, s, b, e, dil) in enumerate(zip(in_spatial, kernel, strides, begin, end, dilations))]
     return _Geometry(tuple(kernel), tuple(strides), tuple(dilations), begin, end, tuple(out))
+
+
+def _window_count(ctx, axis: int, size, kernel: int, stride: int, pad_begin: int, pad_end: int, dilation: int,
+                  ceil_mode: bool):
+    """Output length along one spatial axis. Where the padded input is shorter than the
+    kernel's extent, ONNX's shape inference (and onnxruntime) count ``1 + trunc(span /
+    stride)`` windows (span < 0, C++ division): an empty axis when the input falls short by
+    less than two strides, an error further off; otherwise :func:`pool_output_dim`. A
+    symbolic span is assumed >= 0 (a guard: a binding that breaks it is judged per node)."""
+    effective = (kernel - 1) * dilation + 1
+    span = size + pad_begin + pad_end - effective
+    if ctx.assume(span, ">=", 0):
+        return pool_output_dim(size, kernel, stride, pad_begin, pad_end, dilation, ceil_mode)
+    count = 1 - (-span) // stride
+    if count < 0:
+        ctx.fail(f"spatial axis {axis} of size {size} with pads ({pad_begin}, {pad_end}) is shorter than the "
+                 f"kernel extent {effective} by {-span}: {count} windows at stride {stride}", kind="InvalidShape")
+    return count
 
 
 def _axis_taps(a_size: int, b_size: int, k: int, s: int, d: int, pad: int) -> list:
@@ -933,10 +946,15 @@ def _lp_pool(inputs, outputs, p: _PoolPlan):
 # ----------------------------------------------------------------------------------------
 
 def _global_pool_shape(ctx):
+    """Y (N, C, 1, ...) of X (N, C, D1, ...). Raises EmptyReduction for an empty spatial
+    extent under a non-empty (N, C): no mean, max or norm of nothing (onnxruntime refuses it too)."""
     x = _check_rank_at_least(ctx, 0, 3, "input X")
     _check_float(ctx, 0)
     if x is None:
         return [None]
+    if not any(isinstance(d, int) and d == 0 for d in x[:2]):
+        require(ctx, numel(x[2:]), ">", 0, f"cannot pool over the empty spatial extent {tuple(x[2:])}",
+                "EmptyReduction")
     return [tuple(x[:2]) + (1,) * (len(x) - 2)]
 
 

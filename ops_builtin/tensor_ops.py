@@ -1092,9 +1092,12 @@ def _onehot_shape(ctx):
     """OneHot: a new axis of size ``depth`` at ``axis``; on_value where the index hits.
 
     values = [off, on]; indices outside [-depth, depth-1] give all off. Output dtype is
-    values'. Raises InvalidValues, OneHotNegativeDepth. Source: ONNX operator spec, OneHot-11.
+    values'. Raises InvalidRank (0-d indices: ONNX's shape inference refuses them, as
+    onnxruntime does), InvalidValues, OneHotNegativeDepth. Source: ONNX operator spec, OneHot-11.
     """
     idx, vals = ctx.shape(0), ctx.shape(2)
+    if len(idx) == 0:
+        ctx.fail("indices must have rank >= 1", kind="InvalidRank")
     message = "values must be a 1-D tensor [off_value, on_value] of 2 elements"
     if len(vals) != 1:
         ctx.fail(message, kind="InvalidValues")

@@ -1,0 +1,172 @@
+"""The differential property test of every op (issue 24, item 2).
+
+For each registered op that has a recipe (recipes.py) and each of its registered versions,
+hypothesis draws nodes (attributes, ranks, dims with 0, 1, primes and sizes that do not
+divide, out-of-range axes and other invalid inputs) and :func:`dynashape.differential.compare_op`
+runs each three ways: a session over the node with a ``dim_param`` on every axis (the symbolic
+rule bound to the feeds), per node on the concrete sizes (the rule, then the kernel), and ONNX
+Runtime where it implements the op at that opset. All must accept the same inputs with equal
+shapes and values, and dynashape must refuse with the op's named error.
+
+Profiles: CI draws :data:`CI_EXAMPLES` per op version, derandomized (the same draws every
+run). A long run by hand::
+
+    DYNASHAPE_DIFFERENTIAL_EXAMPLES=200 DYNASHAPE_DIFFERENTIAL_SEED=1 \\
+        python -m pytest -q -n 2 tests/ops/differential -p no:randomly
+
+(``DYNASHAPE_DIFFERENTIAL_EXAMPLES`` per op version; the seed is printed in the warnings
+summary when not given). Where ONNX Runtime departs from the spec, :data:`DEVIATIONS` names
+the departure and which side dynashape takes.
+"""
+from __future__ import annotations
+
+import os
+import random
+import warnings
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import strategies as st
+
+from dynashape.differential import compare_op
+from dynashape.registry import get_registry
+from tests.ops.differential.recipes import RECIPES, not_drawn_reason
+
+ort = pytest.importorskip("onnxruntime")
+
+CI_EXAMPLES = 6
+_N_ENV = os.environ.get("DYNASHAPE_DIFFERENTIAL_EXAMPLES")
+_SEED_ENV = os.environ.get("DYNASHAPE_DIFFERENTIAL_SEED")
+SEED: Optional[int] = int(_SEED_ENV) if _SEED_ENV else (random.SystemRandom().randrange(2**32) if _N_ENV else None)
+_COMMON = dict(deadline=None, database=None, print_blob=False,
+               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much,
+                                      HealthCheck.large_base_example])
+PROFILE = settings(max_examples=int(_N_ENV) if _N_ENV else CI_EXAMPLES, derandomize=SEED is None, **_COMMON)
+if SEED is not None:
+    warnings.warn(f"dynashape differential: DYNASHAPE_DIFFERENTIAL_SEED={SEED} "
+                  f"DYNASHAPE_DIFFERENTIAL_EXAMPLES={PROFILE.max_examples}", UserWarning, stacklevel=1)
+
+def _has_empty(ex) -> bool:
+    return any(x is not None and 0 in np.shape(x) for x in ex.inputs)
+
+
+@dataclass(frozen=True)
+class Deviation:
+    """Where onnxruntime departs from the ONNX spec (its text and its schemas' shape
+    inference) and dynashape follows the spec: ``matches(example, problem)`` picks the
+    problems it explains (docs/OPERATORS.md, "Where dynashape and onnxruntime differ")."""
+
+    key: str
+    ops: frozenset
+    matches: Callable
+    why: str
+
+
+DEVIATIONS = [
+    Deviation("concat-empty-input", frozenset({"Concat"}),
+              lambda ex, p: _has_empty(ex) and "inputs must be equal on every axis" in p,
+              "onnxruntime skips an empty input's dims; the spec wants every axis but the concat one equal"),
+    Deviation("axis-unchecked-on-empty", frozenset({"CumSum", "Softmax", "LogSoftmax", "Hardmax"}),
+              lambda ex, p: _has_empty(ex) and "is out of range" in p,
+              "onnxruntime returns an empty input without checking the axis; the spec's axis range holds"),
+    Deviation("prelu-slope-rank", frozenset({"PRelu"}), lambda ex, p: "slope has rank" in p,
+              "onnxruntime broadcasts a slope of higher rank both ways; the spec: unidirectional to X"),
+    Deviation("conv-short-input", frozenset({"Conv"}), lambda ex, p: "Invalid input shape" in p,
+              "onnxruntime's Conv refuses an input shorter than the kernel (or empty); ONNX's shape inference "
+              "counts 1 + trunc(span / stride) windows there: an empty output"),
+    Deviation("lrn-rank", frozenset({"LRN"}), lambda ex, p: ex.inputs[0].ndim != 4 and "lrn.cc" in p,
+              "onnxruntime's LRN takes 4-D input only; the spec (N x C x D1 ... Dk) any rank >= 2"),
+    Deviation("window-size-0", frozenset({"HannWindow", "HammingWindow", "BlackmanWindow"}),
+              lambda ex, p: "size input must be greater than 0" in p,
+              "a constant size 0 is refused by ONNX's shape inference when onnxruntime loads the model, a fed one "
+              "gives an empty window there too; dynashape gives the empty window both ways"),
+    Deviation("pool-pad-not-below-kernel", frozenset({"MaxPool", "AveragePool", "LpPool"}),
+              lambda ex, p: "pool_attributes.h:88" in p,
+              "onnxruntime refuses a pad at least the kernel's size; the spec and ONNX's shape inference "
+              "allow it (windows in the padding: -inf for MaxPool, 0 or the count_include_pad mean)"),
+    Deviation("index-checked-on-empty-output", frozenset({"GatherND", "Pad"}),
+              lambda ex, p: "onnxruntime" in p.split(" accepts ")[0] and (
+                  "is out of range for data dims" in p or "needs pads smaller than the dim" in p),
+              "an index or reflect pad out of range where the output has no elements: onnxruntime returns the "
+              "empty output without the check it makes otherwise, dynashape checks"),
+    Deviation("mvn-default-axes-rank", frozenset({"MeanVarianceNormalization"}),
+              lambda ex, p: "axes" not in ex.attrs and "is out of range" in p,
+              "the default axes [0, 2, 3] on an input of rank < 4: the op's function (ReduceMean over those "
+              "axes) is invalid there and dynashape refuses; onnxruntime normalises over the axes it has"),
+    Deviation("gathernd-batch-dims-differ", frozenset({"GatherND"}), lambda ex, p: "batch dim" in p and "differs" in p,
+              "the spec wants the first batch_dims dims of data and indices equal; onnxruntime accepts "
+              "indices whose batch dims differ"),
+    Deviation("reduce-mean-empty", frozenset({"ReduceMean"}), lambda ex, p: _has_empty(ex) and "values differ" in p,
+              "ReduceMean over an empty set is undefined (ReduceMean-18); onnxruntime gives 0, dynashape NaN"),
+    Deviation("pad-negative-on-empty-axis", frozenset({"Pad"}),
+              lambda ex, p: "cannot pad the empty axis" in p and bool((np.asarray(ex.inputs[1]) < 0).any()),
+              "reflect/edge/wrap with a positive and a negative pad on an empty axis: onnxruntime returns the "
+              "empty result, dynashape refuses (nothing to reflect, as onnxruntime itself says without the "
+              "negative pad)"),
+]
+
+
+def _versions() -> list:
+    registry = get_registry()
+    out = []
+    for domain, op in registry.op_types():
+        rec = RECIPES.get((domain, op))
+        if rec is None:
+            continue
+        for opdef in registry._kept(registry._store.op_versions((domain, op))):
+            if opdef.since_version >= rec.min_opset or _covers(registry, domain, op, opdef, rec):
+                out.append(pytest.param(domain, op, max(opdef.since_version, rec.min_opset),
+                                        id=f"{domain or 'ai.onnx'}-{op}-{opdef.since_version}"))
+    return out
+
+
+def _covers(registry, domain, op, opdef, rec) -> bool:
+    """An old version whose range reaches the recipe's oldest opset (drawn at that opset)."""
+    later = [o.since_version for o in registry._kept(registry._store.op_versions((domain, op)))
+             if o.since_version > opdef.since_version]
+    return opdef.since_version < rec.min_opset and (not later or later[0] > rec.min_opset)
+
+
+def _documented(op: str, ex, problem: str) -> bool:
+    return any(op in dev.ops and dev.matches(ex, problem) for dev in DEVIATIONS)
+
+
+def test_every_registered_op_has_a_recipe_or_a_reason():
+    missing = [f"{d or 'ai.onnx'}::{op}" for d, op in get_registry().op_types()
+               if (d, op) not in RECIPES and not not_drawn_reason(d, op)]
+    assert not missing, f"ops with neither a recipe nor a reason in NOT_DRAWN: {missing}"
+
+
+@pytest.mark.parametrize("domain,op,opset", _versions())
+def test_the_engines_agree_on_every_drawn_node(domain, op, opset):
+    rec = RECIPES[(domain, op)]
+
+    @PROFILE
+    @given(st.data())
+    def check(data):
+        ex = rec.draw(data, opset)
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            result = compare_op(op, ex.inputs, ex.attrs, opset=opset, domain=domain, n_outputs=ex.n_outputs,
+                                constant=ex.constant, values=rec.values, rtol=rec.rtol, atol=rec.atol)
+        problems = [p for p in result.problems if not _documented(op, ex, p)]
+        assert not problems, result.describe()
+
+    if SEED is not None:
+        check = seed(SEED)(check)
+    check()
+
+
+def test_a_refusal_without_the_ops_named_error_is_a_problem():
+    """The comparison itself: a Split whose 'split' does not sum to the axis is refused by
+    every engine with dynashape's named error, and agrees; a kernel's own failure would not."""
+    x = np.zeros((2, 5), np.float32)
+    bad = compare_op("Split", [x, np.array([2, 2])], {"axis": 1}, opset=13, n_outputs=2)
+    assert bad.agree, bad.describe()
+    assert type(bad.session.error).__name__ == "ShapeInferenceError" and bad.reference.error is not None
+    good = compare_op("Split", [x, np.array([2, 3])], {"axis": 1}, opset=13, n_outputs=2, constant=(1,))
+    assert good.agree and good.session.shapes == [(2, 2), (2, 3)] == good.reference.shapes
+
