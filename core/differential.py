@@ -158,6 +158,11 @@ def _per_node_outcome(op_type, inputs, attrs, opset, domain, n_outputs) -> tuple
         return Outcome(engine, error=exc), None
 
 
+#: onnxruntime's load errors that say it has no kernel for the op or cannot read the opset
+_NOT_IMPLEMENTED = ("NOT_IMPLEMENTED", "No Op registered", "is not a registered function/op", "is under development",
+                    "Unsupported model IR version", "opset", "Opset")
+
+
 def onnxruntime_reference(model: bytes, feeds: dict) -> Outcome:
     """ONNX Runtime (CPU, one thread) on ``model``; ``unavailable`` where it has no kernel for
     the op at the model's opset or cannot read the opset."""
@@ -171,8 +176,7 @@ def onnxruntime_reference(model: bytes, feeds: dict) -> Outcome:
         sess = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # noqa: BLE001
         text = str(exc)
-        if any(s in text for s in ("NOT_IMPLEMENTED", "No Op registered", "is under development",
-                                   "Unsupported model IR version", "opset", "Opset")) and "ShapeInferenceError" not in text:
+        if any(s in text for s in _NOT_IMPLEMENTED) and "ShapeInferenceError" not in text:
             return Outcome(engine, error=exc, unavailable=True)
         return Outcome(engine, error=exc)
     try:

@@ -137,19 +137,14 @@ def _window_geometry(ctx, in_spatial, kernel, *, ceil_mode: bool = False,
 
 def _window_count(ctx, axis: int, size, kernel: int, stride: int, pad_begin: int, pad_end: int, dilation: int,
                   ceil_mode: bool):
-    """Output length along one spatial axis. Where the padded input is shorter than the
-    kernel's extent, ONNX's shape inference (and onnxruntime) count ``1 + trunc(span /
-    stride)`` windows (span < 0, C++ division): an empty axis when the input falls short by
-    less than two strides, an error further off; otherwise :func:`pool_output_dim`. A
-    symbolic span is assumed >= 0 (a guard: a binding that breaks it is judged per node)."""
-    effective = (kernel - 1) * dilation + 1
-    span = size + pad_begin + pad_end - effective
-    if ctx.assume(span, ">=", 0):
-        return pool_output_dim(size, kernel, stride, pad_begin, pad_end, dilation, ceil_mode)
-    count = 1 - (-span) // stride
-    if count < 0:
-        ctx.fail(f"spatial axis {axis} of size {size} with pads ({pad_begin}, {pad_end}) is shorter than the "
-                 f"kernel extent {effective} by {-span}: {count} windows at stride {stride}", kind="InvalidShape")
+    """Output length along one spatial axis: the spec's formula (:func:`pool_output_dim`),
+    which is 0 (an empty output) where the padded input falls short of the kernel's extent by
+    less than a stride, and negative, refused, further off. A symbolic length is guarded to be
+    >= 0 (a binding that breaks it is judged per node, where it fails here)."""
+    count = pool_output_dim(size, kernel, stride, pad_begin, pad_end, dilation, ceil_mode)
+    require(ctx, count, ">=", 0,
+            f"spatial axis {axis} of size {size} with pads ({pad_begin}, {pad_end}) is shorter than the kernel extent "
+            f"{(kernel - 1) * dilation + 1}: {count} windows at stride {stride}", "InvalidShape")
     return count
 
 

@@ -107,7 +107,7 @@ def _quick_gelu(inputs, outputs, alpha):
     x, y = inputs[0], outputs[0]
     cdt = _compute_dtype(x.dtype)
     xc = x if x.dtype == cdt else x.astype(cdt)
-    z = np.multiply(xc, cdt.type(-alpha))
+    z = np.multiply(xc, cdt.type(-alpha), out=np.empty(xc.shape, cdt))   # (out=: a 0-d X gives an array too)
     np.exp(z, out=z)
     z += cdt.type(1)
     if y.dtype == cdt:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from dynashape.records import OpLibrary, same_dtype
-from dynashape.shapes import broadcast_shapes
+from dynashape.shapes import require
 
 DOMAIN = "com.microsoft"
 lib = OpLibrary()
@@ -27,10 +27,25 @@ def _erf(x: np.ndarray) -> np.ndarray:
 @lib.op("FastGelu", since_version=1, domain=DOMAIN, infer_dtype=same_dtype(0))
 @lib.op("BiasGelu", since_version=1, domain=DOMAIN, infer_dtype=same_dtype(0))
 def _gelu_shape(ctx):
-    """Output shape: input A broadcast with the optional bias B. Shapes: A [..., N], B [N]."""
-    if ctx.has_input(1):
-        return [broadcast_shapes(ctx, ctx.shape(0), ctx.shape(1))]
-    return [ctx.shape(0)]
+    """Output shape: input A's. A [..., N]; B [N], a bias added before the Gelu: required by
+    BiasGelu, optional for FastGelu, absent for Gelu. Raises MissingInput, UnexpectedInput, and
+    BiasShapeMismatch for a bias that is not 1-D of A's last dim (onnxruntime's contrib schemas
+    and CPU kernels, bert_defs.cc / bias_gelu.cc / fast_gelu.cc)."""
+    op = ctx.node.op_type
+    if op == "BiasGelu" and not ctx.has_input(1):
+        ctx.fail("input 1 (B, the bias) is required", kind="MissingInput")
+    if op == "Gelu" and ctx.has_input(1):
+        ctx.fail("Gelu takes one input (X); FastGelu or BiasGelu add a bias", kind="UnexpectedInput")
+    a = ctx.shape(0)
+    if ctx.has_input(1) and a is not None:
+        b = ctx.shape(1)
+        if b is not None and (len(a) == 0 or len(b) != 1):
+            ctx.fail(f"the bias must be 1-D of A's last dim, got shape {tuple(b)} for A {tuple(a)}",
+                     kind="BiasShapeMismatch")
+        if b is not None:
+            require(ctx, b[0], "==", a[-1], f"the bias has {b[0]} elements, A's last dim is {a[-1]}",
+                    "BiasShapeMismatch")
+    return [a]
 
 
 def _with_bias(inputs):

@@ -53,6 +53,19 @@ def _has_empty(ex) -> bool:
     return any(x is not None and 0 in np.shape(x) for x in ex.inputs)
 
 
+def _short_window_axis(ex) -> bool:
+    """A Conv or pool (explicit pads) with an axis where the padded input is shorter than
+    the kernel's extent: there the spec's floor((span) / stride) + 1 and onnxruntime's
+    1 + trunc(span / stride) count differently."""
+    x = np.shape(ex.inputs[0])
+    kernel = ex.attrs.get("kernel_shape") or list(np.shape(ex.inputs[1])[2:])
+    n = len(kernel)
+    pads = ex.attrs.get("pads", [0] * 2 * n)
+    dil = ex.attrs.get("dilations", [1] * n)
+    return ex.attrs.get("auto_pad", "NOTSET") == "NOTSET" and any(
+        x[2 + i] + pads[i] + pads[n + i] < (kernel[i] - 1) * dil[i] + 1 for i in range(n))
+
+
 @dataclass(frozen=True)
 class Deviation:
     """Where onnxruntime departs from the ONNX spec (its text and its schemas' shape
@@ -69,12 +82,35 @@ DEVIATIONS = [
     Deviation("concat-empty-input", frozenset({"Concat"}),
               lambda ex, p: _has_empty(ex) and "inputs must be equal on every axis" in p,
               "onnxruntime skips an empty input's dims; the spec wants every axis but the concat one equal"),
-    Deviation("axis-unchecked-on-empty", frozenset({"CumSum", "Softmax", "LogSoftmax", "Hardmax"}),
+    Deviation("axis-unchecked-on-empty", frozenset({"CumSum", "CumProd", "Softmax", "LogSoftmax", "Hardmax"}),
               lambda ex, p: _has_empty(ex) and "is out of range" in p,
               "onnxruntime returns an empty input without checking the axis; the spec's axis range holds"),
-    Deviation("prelu-slope-rank", frozenset({"PRelu"}), lambda ex, p: "slope has rank" in p,
-              "onnxruntime broadcasts a slope of higher rank both ways; the spec: unidirectional to X"),
-    Deviation("conv-short-input", frozenset({"Conv"}), lambda ex, p: "Invalid input shape" in p,
+    Deviation("prelu-slope-unidirectional", frozenset({"PRelu"}),
+              lambda ex, p: "slope has rank" in p or "slope must be unidirectionally broadcastable" in p,
+              "onnxruntime broadcasts the slope and X both ways; the spec: slope unidirectionally to X"),
+    Deviation("window-count-truncated", frozenset({"Conv", "ConvInteger", "QLinearConv", "MaxPool", "AveragePool",
+                                                   "LpPool"}),
+              lambda ex, p: _short_window_axis(ex),
+              "where the padded input is shorter than the kernel extent, the spec counts floor(span / stride) "
+              "+ 1 windows (onnx.reference too) and onnxruntime 1 + trunc(span / stride): one window more "
+              "(past the input's end), or a count of 0 where the spec's is negative (refused)"),
+    Deviation("same-pad-with-dilation", frozenset({"MaxPool", "AveragePool", "LpPool", "Conv", "ConvInteger",
+                                                   "QLinearConv"}),
+              lambda ex, p: ex.attrs.get("auto_pad", "").startswith("SAME") and max(ex.attrs.get("dilations", [1])) > 1,
+              "SAME_UPPER/LOWER with dilations: the spec's output is ceil(in / stride); onnxruntime's pools pad "
+              "as if undilated (one window fewer) and its Conv refuses the combination"),
+    Deviation("maxpool8-same-negative-pad", frozenset({"MaxPool"}),
+              lambda ex, p: "padding values must be non-negative" in p,
+              "onnxruntime's MaxPool-8 kernel refuses the negative total pad SAME gives a kernel smaller than "
+              "the stride; the spec's output is ceil(in / stride) (no padding needed)"),
+    Deviation("convtranspose-empty-output", frozenset({"ConvTranspose"}),
+              lambda ex, p: "Computed output dimension is <= 0" in p,
+              "an output dim of 0 by the spec's formula: onnxruntime refuses it, dynashape returns the empty output"),
+    Deviation("pad-crop-to-empty", frozenset({"Pad"}), lambda ex, p: "zero effective input extent" in p,
+              "reflect/edge/wrap where negative pads crop an axis to nothing and nothing is added: onnxruntime "
+              "refuses, dynashape returns the empty output (no value to reflect is needed)"),
+    Deviation("conv-empty-output", frozenset({"Conv", "ConvInteger", "QLinearConv"}),
+              lambda ex, p: "Invalid input shape" in p,
               "onnxruntime's Conv refuses an input shorter than the kernel (or empty); ONNX's shape inference "
               "counts 1 + trunc(span / stride) windows there: an empty output"),
     Deviation("lrn-rank", frozenset({"LRN"}), lambda ex, p: ex.inputs[0].ndim != 4 and "lrn.cc" in p,
@@ -99,6 +135,18 @@ DEVIATIONS = [
     Deviation("gathernd-batch-dims-differ", frozenset({"GatherND"}), lambda ex, p: "batch dim" in p and "differs" in p,
               "the spec wants the first batch_dims dims of data and indices equal; onnxruntime accepts "
               "indices whose batch dims differ"),
+    Deviation("affinegrid-size-1-align-corners", frozenset({"AffineGrid"}),
+              lambda ex, p: ex.attrs.get("align_corners") == 1 and 1 in np.asarray(ex.inputs[1]).tolist()[2:]
+              and "values differ" in p,
+              "align_corners=1 on an axis of size 1: the grid's one point is -1 by the spec's function (onnx.reference, "
+              "torch.linspace); onnxruntime's gives +1 (Eigen's LinSpaced of one point is its end)"),
+    Deviation("qlinearmatmul-empty-k", frozenset({"QLinearMatMul"}),
+              lambda ex, p: np.shape(ex.inputs[0])[-1] == 0 and "values differ" in p,
+              "a product over K = 0 is 0, requantized to y_zero_point; onnxruntime returns 0"),
+    Deviation("deprecated-op-version", frozenset({"Scatter", "Upsample"}),
+              lambda ex, p: "This is an invalid model" in p,
+              "Scatter-11 and Upsample-10 are deprecated versions the ONNX checker and onnxruntime refuse; "
+              "dynashape runs them (as ScatterElements and Resize) so that old exports load"),
     Deviation("reduce-mean-empty", frozenset({"ReduceMean"}), lambda ex, p: _has_empty(ex) and "values differ" in p,
               "ReduceMean over an empty set is undefined (ReduceMean-18); onnxruntime gives 0, dynashape NaN"),
     Deviation("pad-negative-on-empty-axis", frozenset({"Pad"}),
