@@ -22,14 +22,14 @@ They must agree (:attr:`OpComparison.problems` lists each way they do not):
   :class:`~dynashape.DynashapeError` from a rule or a check, never a kernel's own failure:
   ``ExecutionError``, or a plan that disagreed with per-node inference).
 
-Where the reference is lenient against the ONNX specification, dynashape follows the
-specification (``docs/OPERATORS.md``, "Where dynashape is stricter than onnxruntime"): such a
-comparison reports the problem, and the caller decides whether it is a documented decision.
+Where the reference departs from the ONNX specification, dynashape follows the specification
+(``docs/CONFORMANCE.md``, "Where dynashape and onnxruntime differ"): such a comparison reports
+the problem, and the caller decides whether it is a documented decision.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, Union
 
 import numpy as np
 

@@ -23,7 +23,7 @@ import numpy as np
 from dynashape.dtypes import is_float, is_integer
 from dynashape.records import OpLibrary, fixed_dtype, same_dtype
 from dynashape.shapes import broadcast_shapes, check_dims_equal, dim_max, dim_min, require
-from dynashape.symbolic import provably_unequal, Expr
+from dynashape.symbolic import Expr, is_nonneg, provably_unequal
 
 lib = OpLibrary()
 
@@ -297,12 +297,18 @@ def _elementwise_prop(op, n_inputs: int = 2):
 
 
 def _sym_div(a, b):
+    """Integer Div of shape values, rounded toward zero as the kernel divides: ints exactly;
+    a symbolic quotient only where floor division gives the same for every binding (a >= 0
+    over an int divisor). Otherwise no value (TypeError, ZeroDivisionError: the value is
+    computed at run time)."""
     if isinstance(a, int) and isinstance(b, int):
         if b == 0:
             raise ZeroDivisionError
         q = abs(a) // abs(b)
         return q if (a >= 0) == (b >= 0) else -q
-    return a // b
+    if isinstance(b, int) and b != 0 and is_nonneg(a):
+        return a // b if b > 0 else -(a // -b)
+    raise TypeError(f"{a} // {b} may round otherwise than Div for some binding")
 
 
 def _prop_equal(ctx):

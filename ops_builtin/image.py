@@ -24,7 +24,7 @@ import itertools
 import numpy as np
 from dynashape.errors import ShapeInferenceError
 from dynashape.records import OpLibrary, fixed_dtype, same_dtype
-from dynashape.shapes import check_dims_equal, normalize_axes, numel, pool_output_dim, value_list
+from dynashape.shapes import check_dims_equal, normalize_axes, numel, pool_output_dim, require, value_list
 from dynashape.symbolic import Expr
 
 lib = OpLibrary()
@@ -295,8 +295,8 @@ def _affine_grid_shape(ctx):
     if dims is None:
         n = theta[0] if theta is not None else ctx.new_dim()
         return [(n,) + tuple(ctx.new_dim() for _ in range(r)) + (r,)]
-    if any(isinstance(d, int) and d < 0 for d in dims):
-        ctx.fail(f"size {dims} must not be negative", kind="InvalidShape")
+    for d in dims:
+        require(ctx, d, ">=", 0, f"size {dims} must not be negative", "InvalidShape")
     n = dims[0] if theta is None else check_dims_equal(ctx, dims[0], theta[0], "N of size and theta")
     return [(n,) + tuple(dims[2:]) + (r,)]
 
@@ -373,11 +373,11 @@ def _col2im_shape(ctx):
         return [None]
     dil, strides, pads = _col2im_geometry(ctx, r)
     if block is not None:
-        if any(isinstance(b, int) and b < 1 for b in block):
-            ctx.fail(f"block_shape {block} must be positive", kind="InvalidShape")
+        for b in block:
+            require(ctx, b, ">=", 1, f"block_shape {block} must be positive", "InvalidShape")
         k = numel(block)
-        if isinstance(x[1], int) and isinstance(k, int) and x[1] % k:
-            ctx.fail(f"input.shape[1] = {x[1]} must be divisible by prod(block_shape) = {k}", kind="InvalidShape")
+        require(ctx, x[1] % k, "==", 0, f"input.shape[1] = {x[1]} must be divisible by prod(block_shape) = {k}",
+                "InvalidShape")
         c = x[1] // k
     else:
         c = ctx.new_dim()
@@ -386,9 +386,9 @@ def _col2im_shape(ctx):
     if block is not None:
         blocks = [pool_output_dim(d, b, s, pb, pe, dl) for d, b, s, pb, pe, dl in
                   zip(img, block, strides, pads[:r], pads[r:], dil)]
-        if any(isinstance(b, int) and b < 1 for b in blocks):
-            ctx.fail(f"image_shape {img} with pads {pads} is smaller than the dilated block {block}",
-                     kind="InvalidShape")
+        for b in blocks:
+            require(ctx, b, ">=", 1, f"image_shape {img} with pads {pads} is smaller than the dilated block {block}",
+                    "InvalidShape")
         check_dims_equal(ctx, x[2], numel(blocks), f"input.shape[2] (L) and the number of blocks {blocks}")
     return [(x[0], c) + tuple(img)]
 
@@ -608,8 +608,8 @@ def _center_crop_pad_shape(ctx):
         return [tuple(out)]
     if len(dims) != len(axes):
         ctx.fail(f"shape has {len(dims)} values but there are {len(axes)} axes {axes}", kind="InvalidShape")
-    if any(isinstance(d, int) and d < 0 for d in dims):
-        ctx.fail(f"shape {dims} must not be negative", kind="InvalidShape")
+    for d in dims:
+        require(ctx, d, ">=", 0, f"shape {dims} must not be negative", "InvalidShape")
     for a, d in zip(axes, dims):
         out[a] = d
     return [tuple(out)]
@@ -685,8 +685,8 @@ def _max_unpool_shape(ctx):
             return [tuple(ctx.new_dim() for _ in x)]
         if len(dims) != len(x):
             ctx.fail(f"output_shape {dims} must have {len(x)} values", kind="InvalidShape")
-        if any(isinstance(d, int) and d < 0 for d in dims):
-            ctx.fail(f"output_shape {dims} must not be negative", kind="InvalidShape")
+        for d in dims:
+            require(ctx, d, ">=", 0, f"output_shape {dims} must not be negative", "InvalidShape")
         return [tuple(dims)]
     out = [(d - 1) * s - (pb + pe) + k for d, k, s, pb, pe in zip(x[2:], kernel, strides, pads[:r], pads[r:])]
     return [(x[0], x[1]) + tuple(out)]

@@ -14,8 +14,7 @@ from __future__ import annotations
 import numpy as np
 from dynashape.errors import ShapeInferenceError
 from dynashape.records import OpLibrary, same_dtype
-from dynashape.shapes import numel
-from dynashape.symbolic import Expr
+from dynashape.shapes import numel, require
 
 DOMAIN = "ai.onnx.ml"
 lib = OpLibrary()
@@ -431,12 +430,10 @@ def _extractor_shape(ctx):
                  kind="InvalidDtype")
     y = ctx.value(1)
     d = shape_x[-1]
-    if y is not None and isinstance(d, int):
-        flat = [v for v in np.asarray(y).reshape(-1).tolist() if not isinstance(v, Expr)]
-        bad = [v for v in flat if not 0 <= int(v) < d]
-        if bad:
-            ctx.fail(f"index {bad[0]} is out of range for the last axis of X (size {d}); expected [0, {d - 1}]",
-                     kind="IndexOutOfRange")
+    for v in ([] if y is None else np.asarray(y).reshape(-1).tolist()):
+        message = f"index {v} is out of range for the last axis of X (size {d}); expected [0, {d - 1}]"
+        require(ctx, v, ">=", 0, message, "IndexOutOfRange")
+        require(ctx, d, ">", v, message, "IndexOutOfRange")
     return [_extractor_out(shape_x, shape_y)]
 
 

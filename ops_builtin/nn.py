@@ -209,9 +209,8 @@ def _spatial_kernel(ctx, x_shape, w_shape=None, *, required: bool) -> list:
                  kind="InvalidAttribute")
     if w_shape is not None:
         for k, wk in zip(kernel, w_shape[2:]):
-            if is_known(wk) and k != wk:
-                ctx.fail(f"kernel_shape {kernel} does not match the weight's spatial dims "
-                         f"{list(w_shape[2:])}", kind="KernelShapeMismatch")
+            require(ctx, wk, "==", k, f"kernel_shape {kernel} does not match the weight's spatial dims "
+                    f"{list(w_shape[2:])}", "KernelShapeMismatch")
     return kernel
 
 
@@ -641,18 +640,19 @@ def _conv_transpose_shape(ctx):
     if checked is None:
         return [None]
     x, w, group = checked
-    if is_known(x[1]) and is_known(w[0]) and x[1] != w[0]:
-        ctx.fail(f"input channels {x[1]} must equal W.shape[0] = {w[0]}", kind="ChannelMismatch")
-    if is_known(x[1]) and x[1] % group != 0:
-        ctx.fail(f"input channels {x[1]} must be divisible by group {group}", kind="ChannelMismatch")
+    require(ctx, x[1], "==", w[0], f"input channels {x[1]} must equal W.shape[0] = {w[0]}", "ChannelMismatch")
+    require(ctx, x[1] % group, "==", 0, f"input channels {x[1]} must be divisible by group {group}",
+            "ChannelMismatch")
     m = w[1] * group
     if ctx.has_input(2):
         b = ctx.shape(2)
-        if b is not None and (len(b) != 1 or (is_known(b[0]) and is_known(m) and b[0] != m)):
+        if b is not None and len(b) != 1:
             ctx.fail(f"bias B must have shape ({m},), got {tuple(b)}", kind="BiasShapeMismatch")
+        if b is not None:
+            require(ctx, b[0], "==", m, f"bias B must have shape ({m},), got {tuple(b)}", "BiasShapeMismatch")
     out = _conv_transpose_geometry(ctx, x, w)[4]
-    if any(is_known(o) and o < 0 for o in out):
-        ctx.fail(f"output spatial shape {list(out)} is negative", kind="InvalidShape")
+    for o in out:
+        require(ctx, o, ">=", 0, f"output spatial shape {list(out)} is negative", "InvalidShape")
     return [(x[0], m) + tuple(out)]
 
 
@@ -961,6 +961,8 @@ def _global_prepare(ctx):
 def _global_reduce(inputs, outputs, prepared, reduce):
     cdtype, axes, _ = prepared
     y = outputs[0]
+    if y.size == 0:
+        return
     x = as_dtype(inputs[0], cdtype)
     if y.dtype == cdtype:
         reduce(x, axis=axes, keepdims=True, out=y)

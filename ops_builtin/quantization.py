@@ -34,7 +34,7 @@ import numpy as np
 from dynashape.dtypes import np_dtype
 from dynashape.onnx_proto import TensorProto
 from dynashape.records import OpLibrary
-from dynashape.shapes import check_dims_equal, is_known, normalize_axis, numel
+from dynashape.shapes import check_dims_equal, normalize_axis, numel, require
 
 from .nn import (_check_rank_at_least, _conv, _conv_prepare, _conv_rows_per_band, _conv_setup, _scratch,
                  _spatial_kernel, _window_geometry)
@@ -539,12 +539,13 @@ def _int_conv_shape(ctx, w_index: int, b_index: int | None):
     c, m = x[1], w[0]
     if not ctx.assume(c, "==", w[1] * group):   # a guard where C is symbolic
         ctx.fail(f"input channels {c} must equal w.shape[1] * group = {w[1]} * {group}", kind="ChannelMismatch")
-    if is_known(m) and m % group != 0:
-        ctx.fail(f"output channels {m} must be divisible by group {group}", kind="ChannelMismatch")
+    require(ctx, m % group, "==", 0, f"output channels {m} must be divisible by group {group}", "ChannelMismatch")
     if b_index is not None and ctx.has_input(b_index):
         b = ctx.shape(b_index)
-        if b is not None and (len(b) != 1 or (is_known(b[0]) and is_known(m) and b[0] != m)):
+        if b is not None and len(b) != 1:
             ctx.fail(f"bias B must have shape ({m},), got {tuple(b)}", kind="BiasShapeMismatch")
+        if b is not None:
+            require(ctx, b[0], "==", m, f"bias B must have shape ({m},), got {tuple(b)}", "BiasShapeMismatch")
     kernel = _spatial_kernel(view, x, w, required=False)
     geom = _window_geometry(view, x[2:], kernel)
     return (x[0], m) + geom.out

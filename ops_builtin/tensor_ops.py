@@ -926,7 +926,10 @@ def _pad_shape(ctx):
         n = d + b + e
         require(ctx, n, ">=", 0, f"pads ({b}, {e}) on axis {a} leave a negative size {n}", "PadNegativeResult")
         if mode != "constant" and (b > 0 or e > 0):
-            require(ctx, d, "!=", 0, f"mode '{mode}' cannot pad the empty axis {a}", "PadEmptyAxis")
+            # (what is left of the axis after negative pads crop it is what the border copies)
+            cropped = "" if b >= 0 and e >= 0 else f" (size {d} cropped by the negative pad)"
+            require(ctx, d + min(b, 0) + min(e, 0), ">", 0, f"mode '{mode}' cannot pad the empty axis {a}{cropped}",
+                    "PadEmptyAxis")
         if mode == "reflect" and not all(ctx.assume(d, ">", p) for p in (b, e) if p > 0):
             ctx.fail(f"mode 'reflect' needs pads smaller than the dim: pads ({b}, {e}) on axis {a} of size {d}",
                      kind="PadReflectTooLarge")

@@ -34,6 +34,18 @@ SOUND: dict[str, str] = {
     "gives the output fresh dims or no rank, so the node binds at run time, where the kernel checks the axes' "
     "values (_runtime_axes: AxisOutOfRange, DuplicateAxes)",
     "ops_builtin/reduction.py:infer": "(the same function, nested in _make_reduce_infer)",
+    "ops_builtin/nn.py:_spatial_kernel": "fails only where the weight's spatial dims are NOT known (no "
+    "kernel_shape to read: refused at compile time); the kernel_shape-vs-weight check is require()",
+    "ops_builtin/image.py:_affine_grid_shape": "the int-only branch reads the size input's length; a symbolic "
+    "length leaves the grid's rank unknown, so the node is inferred at run time with ints; negative sizes: require()",
+    "ops_builtin/image.py:_center_crop_pad_shape": "shape's length checked only when an int: a symbolic length "
+    "means its values are unknown too, the output dims are fresh and the node is inferred at run time, where "
+    "len(dims) != len(axes) fails; negative lengths: require()",
+    "ops_builtin/image.py:_max_unpool_shape": "output_shape's length likewise (unknown values: fresh dims, "
+    "inferred at run time); negative lengths: require()",
+    "ops_builtin/elementwise.py:_sym_div": "the int branch raises ZeroDivisionError to mean 'no value'; a "
+    "symbolic quotient is given only where floor division equals Div's truncation for every binding (a >= 0 "
+    "over an int divisor), else no value either",
 }
 
 #: found when this check was written; to be audited (see the module docstring)
@@ -44,15 +56,10 @@ AUDIT_PENDING = frozenset({
     "ops_builtin/attention.py:_rotary_shape", "ops_builtin/attention.py:_tensor_scatter_shape",
     "ops_builtin/control_flow.py:_scalar_flag", "ops_builtin/control_flow.py:_scan_length",
     "ops_builtin/detection.py:_check_scalar_input",
-    "ops_builtin/elementwise.py:_legacy_broadcast_shape", "ops_builtin/elementwise.py:_sym_div",
-    "ops_builtin/image.py:_affine_grid_shape", "ops_builtin/image.py:_center_crop_pad_shape",
-    "ops_builtin/image.py:_col2im_shape",
+    "ops_builtin/elementwise.py:_legacy_broadcast_shape",
     "ops_builtin/image.py:_deform_conv_shape", "ops_builtin/image.py:_deform_geometry",
-    "ops_builtin/image.py:_max_unpool_shape", "ops_builtin/linalg.py:_check_quant_param",
-    "ops_builtin/linalg.py:_merge_label", "ops_builtin/ml.py:_extractor_shape", "ops_builtin/ml.py:_tree_shape",
-    "ops_builtin/nn.py:_conv_transpose_shape",
-    "ops_builtin/nn.py:_spatial_kernel",
-    "ops_builtin/nn.py:_window_geometry", "ops_builtin/quantization.py:_int_conv_shape",
+    "ops_builtin/linalg.py:_check_quant_param",
+    "ops_builtin/linalg.py:_merge_label", "ops_builtin/ml.py:_tree_shape",
     "ops_builtin/resize.py:_request",
     "ops_builtin/resize.py:_resize_shape", "ops_builtin/sequence.py:_scalar_position",
     "ops_builtin/training.py:_check_scalar", "plugins_example/dynashape_example/attention.py:_attention_shape",

@@ -279,8 +279,10 @@ def test_conv_errors():
         infer_node("Conv", [x, w], {"pads": [1, 1]})
     with pytest.raises(dynashape.ShapeInferenceError, match="auto_pad 'SAME' is not one of"):
         infer_node("Conv", [x, w], {"auto_pad": "SAME"})
-    with pytest.raises(dynashape.ShapeInferenceError, match="smaller than the kernel"):
-        infer_node("Conv", [rand(1, 4, 2, 2), w])
+    with pytest.raises(dynashape.ShapeInferenceError, match="shorter than the kernel extent 3: -1 windows"):
+        infer_node("Conv", [rand(1, 4, 1, 1), w])
+    # one short of the kernel: the spec's floor((2 - 3) / 1) + 1 = 0 windows, an empty output
+    assert infer_node("Conv", [rand(1, 4, 2, 2), w])[0] == [(1, 6, 0, 0)]
     with pytest.raises(dynashape.ShapeInferenceError, match="'strides' .* must be >= 1"):
         infer_node("Conv", [x, w], {"strides": [0, 1]})
 

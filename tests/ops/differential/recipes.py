@@ -15,9 +15,28 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
-from tests.ops.differential.draw import (FLOAT, Example, axes, axis, bools, broadcastable, dim, floats, int64, ints, maybe, one_of,
-                  permutation, positive, rng, scalar, shape, tensor)
 from hypothesis import strategies as st
+
+from tests.ops.differential.draw import (
+    FLOAT,
+    Example,
+    axes,
+    axis,
+    bools,
+    broadcastable,
+    dim,
+    floats,
+    int64,
+    ints,
+    maybe,
+    one_of,
+    permutation,
+    positive,
+    rng,
+    scalar,
+    shape,
+    tensor,
+)
 
 
 @dataclass(frozen=True)
@@ -896,7 +915,8 @@ def _matmul_integer(d, opset):
 def _conv_integer(d, opset):
     kernel = (dim(d, 1, 3),)
     cin, cout = dim(d, 1, 3), dim(d, 1, 3)
-    inputs = [ints(d, (dim(d, 1, 2), cin, dim(d, 1, 7)), 0, 20, np.uint8), ints(d, (cout, cin) + kernel, 0, 20, np.uint8)]
+    inputs = [ints(d, (dim(d, 1, 2), cin, dim(d, 1, 7)), 0, 20, np.uint8),
+              ints(d, (cout, cin) + kernel, 0, 20, np.uint8)]
     if maybe(d):
         inputs += [ints(d, (), 0, 5, np.uint8), ints(d, (), 0, 5, np.uint8)]
     return Example(inputs, _spatial(d, 1, kernel, True), constant=_fed_or_constant(d, 1))
@@ -1063,7 +1083,8 @@ def _qlinear_conv(d, opset):
     cin, cout = dim(d, 1, 3), dim(d, 1, 3)
     return Example([ints(d, (1, cin, dim(d, 1, 7)), 0, 50, np.uint8), scalar(0.1, FLOAT), scalar(2, np.uint8),
                     ints(d, (cout, cin) + kernel, 0, 50, np.uint8), scalar(0.05, FLOAT), scalar(1, np.uint8),
-                    scalar(0.2, FLOAT), scalar(3, np.uint8)], _spatial(d, 1, kernel, True), constant=(1, 2, 3, 4, 5, 6, 7))
+                    scalar(0.2, FLOAT), scalar(3, np.uint8)], _spatial(d, 1, kernel, True),
+                   constant=(1, 2, 3, 4, 5, 6, 7))
 
 
 @recipe("Col2Im", min_opset=18)
