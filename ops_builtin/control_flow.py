@@ -29,7 +29,7 @@ from dynashape.errors import ExecutionError
 from dynashape.model import FIXED, Graph, ValueInfo
 from dynashape.program import copy_value
 from dynashape.records import InferContext, OpLibrary
-from dynashape.shapes import normalize_axis, numel
+from dynashape.shapes import normalize_axis, numel, require
 
 lib = OpLibrary()
 
@@ -123,8 +123,9 @@ def _merge_shapes(ctx: InferContext, a: tuple | None, b: tuple | None) -> tuple 
 def _scalar_flag(ctx: InferContext, i: int, what: str) -> None:
     """Check that input ``i`` holds exactly one element (when its shape is concrete)."""
     shape = ctx.shape(i)
-    if shape is not None and all(isinstance(d, int) for d in shape) and numel(shape) != 1:
-        ctx.fail(f"{what} must hold exactly one element, got shape {tuple(shape)}", kind="InvalidInputs")
+    if shape is not None:
+        require(ctx, numel(shape), "==", 1, f"{what} must hold exactly one element, got shape {tuple(shape)}",
+                "InvalidInputs")
 
 
 def _first(a: np.ndarray):
@@ -411,9 +412,9 @@ def _scan_length(ctx: InferContext, lay: dict):
         d = shape[ax]
         if length is None:
             length = d
-        elif isinstance(d, int) and isinstance(length, int) and d != length:
-            ctx.fail(f"scan inputs have different sequence lengths {length} and {d}",
-                     kind="SequenceLengthMismatch")
+        else:
+            require(ctx, d, "==", length, f"scan inputs have different sequence lengths {length} and {d}",
+                    "SequenceLengthMismatch")
     return length
 
 

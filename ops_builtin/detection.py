@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 from dynashape.errors import ShapeInferenceError
 from dynashape.records import OpLibrary, fixed_dtype, same_dtype
-from dynashape.shapes import check_dims_equal
+from dynashape.shapes import check_dims_equal, require
 
 lib = OpLibrary()
 
@@ -47,9 +47,11 @@ def _check_scalar_input(ctx, i: int, what: str, dtype) -> None:
     if not ctx.has_input(i):
         return
     shape, dt = ctx.shape(i), ctx.dtype(i)
-    if shape is not None and (len(shape) > 1 or (len(shape) == 1 and isinstance(shape[0], int) and shape[0] > 1)):
-        ctx.fail(f"{what} must be a scalar (or a 1-element tensor), got shape {tuple(shape)}",
-                 kind="InvalidScalarInput")
+    message = f"{what} must be a scalar (or a 1-element tensor), got shape {tuple(shape or ())}"
+    if shape is not None and len(shape) > 1:
+        ctx.fail(message, kind="InvalidScalarInput")
+    if shape is not None and len(shape) == 1:
+        require(ctx, 1, ">=", shape[0], message, "InvalidScalarInput")
     if dt is not None and dt != dtype:
         ctx.fail(f"{what} has dtype {dt}, expected {np.dtype(dtype)}", kind="InvalidDtype")
 

@@ -10,7 +10,7 @@ from typing import NamedTuple
 import numpy as np
 from dynashape.dtypes import is_float
 from dynashape.records import OpLibrary, fixed_dtype, same_dtype
-from dynashape.shapes import broadcast_dim, broadcast_shapes, check_dims_equal, check_unidirectional
+from dynashape.shapes import broadcast_dim, broadcast_shapes, check_dims_equal, check_unidirectional, require
 
 lib = OpLibrary()
 
@@ -305,10 +305,12 @@ def _check_quant_param(ctx, i: int, what: str, size) -> None:
     s = ctx.shape(i)
     if s is None or not ctx.has_input(i):
         return
-    if len(s) > 1 or (len(s) == 1 and not (s[0] == 1 or s[0] == size
-                                          or not isinstance(s[0], int) or not isinstance(size, int))):
-        ctx.fail(f"{what} must be a scalar or 1-D of size {size}, got shape {tuple(s)}",
-                 kind="InvalidQuantParam")
+    message = f"{what} must be a scalar or 1-D of size {size}, got shape {tuple(s)}"
+    if len(s) > 1:
+        ctx.fail(message, kind="InvalidQuantParam")
+    if len(s) == 1 and not (isinstance(s[0], int) and s[0] == 1):
+        # (1 or size: a symbolic length is guarded equal to size, one bound to 1 is judged per node)
+        require(ctx, s[0], "==", size, message, "InvalidQuantParam")
 
 
 def _rows(ctx, i: int):

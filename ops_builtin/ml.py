@@ -320,13 +320,8 @@ def _tree_shape(ctx):
     if len(shape) != 2:
         ctx.fail(f"X must be [N, F], got rank {len(shape)}", kind="InvalidRank")
     n_features = shape[1]
-    if isinstance(n_features, int):
-        if forest.max_feature >= n_features:
-            ctx.fail(f"nodes_featureids reads feature {forest.max_feature} but X has {n_features} features",
-                     kind="FeatureOutOfRange")
-    elif not ctx.assume(n_features, ">", forest.max_feature):
-        ctx.fail(f"nodes_featureids reads feature {forest.max_feature} but X has {n_features} features",
-                 kind="FeatureOutOfRange")
+    require(ctx, n_features, ">", forest.max_feature,
+            f"nodes_featureids reads feature {forest.max_feature} but X has {n_features} features", "FeatureOutOfRange")
     return [(shape[0], forest.n_targets)]
 
 

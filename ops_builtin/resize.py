@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from dynashape.records import InferContext, OpLibrary, same_dtype
-from dynashape.shapes import normalize_axes, value_list
+from dynashape.shapes import normalize_axes, require, value_list
 
 lib = OpLibrary()
 
@@ -145,8 +145,8 @@ def _request(ctx: InferContext, attrs: _Attrs, rank: int, value=None) -> _Reques
                  f"{len(axes)} (the {'length of axes' if attrs.axes is not None else 'input rank'})",
                  kind="InvalidInputs")
     if use_sizes:
-        if any(isinstance(s, int) and s < 0 for s in values):
-            ctx.fail(f"'sizes' must be non-negative, got {values}", kind="InvalidInputs")
+        for s in values:
+            require(ctx, s, ">=", 0, f"'sizes' must be non-negative, got {values}", "InvalidInputs")
         return _Request(axes, None, values, True, True)
     return _check_scales(ctx, _Request(axes, [float(s) for s in values], None, False, True))
 
@@ -225,8 +225,9 @@ def _resize_shape(ctx: InferContext):
     req = _request(ctx, attrs, len(in_shape))
     out = list(in_shape)
     for a, d in zip(req.axes, _output_dims(ctx, attrs, req, in_shape)):
-        if isinstance(d, int) and isinstance(in_shape[a], int) and in_shape[a] == 0 and d > 0:
-            ctx.fail(f"cannot resize the empty axis {a} to length {d}", kind="InvalidInputs")
+        if not (isinstance(d, int) and d == 0):   # (an empty axis may only stay empty: a guard stricter
+            require(ctx, in_shape[a], ">", 0,    # than that where d is symbolic, judged per node otherwise)
+                    f"cannot resize the empty axis {a} to length {d}", "InvalidInputs")
         out[a] = d
     return [tuple(out)]
 

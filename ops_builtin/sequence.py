@@ -25,7 +25,7 @@ from dynashape.dtypes import OptionalType, SequenceType, is_container, np_dtype,
 from dynashape.model import Graph
 from dynashape.ops_builtin.control_flow import _graph_attr, _outer_plan, _outer_values, _runner
 from dynashape.records import InferContext, OpLibrary, fixed_dtype
-from dynashape.shapes import normalize_axis, value_list
+from dynashape.shapes import normalize_axis, require, value_list
 from dynashape.symbolic import Expr
 
 lib = OpLibrary()
@@ -75,8 +75,8 @@ def _scalar_position(ctx: InferContext, i: int) -> None:
         ctx.fail(f"position must be an int32 or int64 tensor, got {_type_text(dtype)}", kind="TypeMismatch")
     if shape is not None and len(shape) > 1:
         ctx.fail(f"position must be a scalar, got rank {len(shape)}", kind="InvalidRank")
-    if shape is not None and len(shape) == 1 and shape[0] != 1 and isinstance(shape[0], int):
-        ctx.fail(f"position must hold one value, got shape {tuple(shape)}", kind="InvalidRank")
+    if shape is not None and len(shape) == 1:
+        require(ctx, shape[0], "==", 1, f"position must hold one value, got shape {tuple(shape)}", "InvalidRank")
 
 
 def _position(pos, n: int, high: int, what: str) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 from dynashape.records import OpLibrary
-from dynashape.shapes import check_dims_equal
+from dynashape.shapes import check_dims_equal, numel, require
 
 DOMAIN = "ai.onnx.preview.training"
 lib = OpLibrary()
@@ -46,8 +46,8 @@ def _check_scalar(ctx, i: int, what: str, allowed) -> None:
     if dt is not None and np.dtype(dt).name not in allowed:
         ctx.fail(f"{what} has dtype {np.dtype(dt).name}, expected {' or '.join(allowed)}", kind="InvalidDtype")
     shape = ctx.shape(i)
-    if shape is not None and all(isinstance(d, int) for d in shape) and int(np.prod(shape, dtype=np.int64)) != 1:
-        ctx.fail(f"{what} must be a scalar, got shape {tuple(shape)}", kind="NonScalarInput")
+    if shape is not None:
+        require(ctx, numel(shape), "==", 1, f"{what} must be a scalar, got shape {tuple(shape)}", "NonScalarInput")
 
 
 def _attr(ctx, name: str, default=None) -> float:

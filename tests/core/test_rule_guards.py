@@ -43,6 +43,9 @@ SOUND: dict[str, str] = {
     "len(dims) != len(axes) fails; negative lengths: require()",
     "ops_builtin/image.py:_max_unpool_shape": "output_shape's length likewise (unknown values: fresh dims, "
     "inferred at run time); negative lengths: require()",
+    "ops_builtin/linalg.py:_merge_label": "symbolic label sizes merge into a broadcast atom, whose evaluation at "
+    "each binding refuses incompatible sizes (BroadcastMismatch); the assume keeps it evaluated when the label "
+    "is summed away",
     "ops_builtin/elementwise.py:_sym_div": "the int branch raises ZeroDivisionError to mean 'no value'; a "
     "symbolic quotient is given only where floor division equals Div's truncation for every binding (a >= 0 "
     "over an int divisor), else no value either",
@@ -54,15 +57,7 @@ AUDIT_PENDING = frozenset({
     "ops_builtin/attention.py:_check_mask", "ops_builtin/attention.py:_divisible",
     "ops_builtin/attention.py:_flex_shape", "ops_builtin/attention.py:_linear_attention_dims",
     "ops_builtin/attention.py:_rotary_shape", "ops_builtin/attention.py:_tensor_scatter_shape",
-    "ops_builtin/control_flow.py:_scalar_flag", "ops_builtin/control_flow.py:_scan_length",
-    "ops_builtin/detection.py:_check_scalar_input",
-    "ops_builtin/elementwise.py:_legacy_broadcast_shape",
-    "ops_builtin/image.py:_deform_conv_shape", "ops_builtin/image.py:_deform_geometry",
-    "ops_builtin/linalg.py:_check_quant_param",
-    "ops_builtin/linalg.py:_merge_label", "ops_builtin/ml.py:_tree_shape",
-    "ops_builtin/resize.py:_request",
-    "ops_builtin/resize.py:_resize_shape", "ops_builtin/sequence.py:_scalar_position",
-    "ops_builtin/training.py:_check_scalar", "plugins_example/dynashape_example/attention.py:_attention_shape",
+    "ops_builtin/image.py:_deform_conv_shape", "ops_builtin/image.py:_deform_geometry", "plugins_example/dynashape_example/attention.py:_attention_shape",
     "plugins_example/dynashape_example/attention.py:_check_mask", "plugins_example/dynashape_example/mha.py:_divides",
     "plugins_example/dynashape_example/mha.py:_gqa_shape", "plugins_example/dynashape_example/mha.py:_mha_check_mask",
     "plugins_example/dynashape_example/mha.py:_rotary_shape",

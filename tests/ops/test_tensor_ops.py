@@ -1251,6 +1251,30 @@ GUARDED = {
     "Pad-edge": (helper.make_node("Pad", ["x", "p"], ["y"], mode="edge", name="n"),
                  [("x", F, ["N", 3])], [onnx.numpy_helper.from_array(np.array([1, 0, 1, 0], np.int64), "p")],
                  [{"x": f32(2, 3)}], {"x": f32(0, 3)}, "PadEmptyAxis"),
+    "Pad-edge-cropped": (helper.make_node("Pad", ["x", "p"], ["y"], mode="edge", name="n"),
+                         [("x", F, [2, "W"])], [onnx.numpy_helper.from_array(np.array([0, 1, 0, -1], np.int64), "p")],
+                         [{"x": f32(2, 3)}, {"x": f32(2, 2)}], {"x": f32(2, 1)}, "PadEmptyAxis"),
+    "Conv-kernel_shape": (helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], name="n"),
+                          [("x", F, [1, 2, 5, 5]), ("w", F, [4, 2, "KH", "KW"])], [],
+                          [{"x": f32(1, 2, 5, 5), "w": f32(4, 2, 3, 3)}], {"x": f32(1, 2, 5, 5), "w": f32(4, 2, 2, 3)},
+                          "KernelShapeMismatch"),
+    "ConvTranspose-channels": (helper.make_node("ConvTranspose", ["x", "w"], ["y"], name="n"),
+                               [("x", F, [1, "C", 3, 3])], [onnx.numpy_helper.from_array(f32(2, 3, 2, 2), "w")],
+                               [{"x": f32(1, 2, 3, 3)}], {"x": f32(1, 3, 3, 3)}, "ChannelMismatch"),
+    "ConvTranspose-bias": (helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], name="n"),
+                           [("x", F, [1, 2, 3, 3]), ("b", F, ["K"])],
+                           [onnx.numpy_helper.from_array(f32(2, 3, 2, 2), "w")],
+                           [{"x": f32(1, 2, 3, 3), "b": f32(3)}], {"x": f32(1, 2, 3, 3), "b": f32(2)},
+                           "BiasShapeMismatch"),
+    "Col2Im": (helper.make_node("Col2Im", ["x", "im", "bl"], ["y"], name="n"),
+               [("x", F, [1, "CK", 4])],
+               [onnx.numpy_helper.from_array(np.array([3, 3], np.int64), "im"),
+                onnx.numpy_helper.from_array(np.array([2, 2], np.int64), "bl")],
+               [{"x": f32(1, 4, 4)}, {"x": f32(1, 8, 4)}], {"x": f32(1, 6, 4)}, "InvalidShape"),
+    "Resize-empty-axis": (helper.make_node("Resize", ["x", "", "", "sz"], ["y"], mode="nearest", name="n"),
+                          [("x", F, ["N", 1, 2, 2])],
+                          [onnx.numpy_helper.from_array(np.array([1, 1, 4, 4], np.int64), "sz")],
+                          [{"x": f32(1, 1, 2, 2)}], {"x": f32(0, 1, 2, 2)}, "InvalidInputs"),
 }
 
 
@@ -1354,3 +1378,67 @@ def test_split18_num_outputs_refuses_a_symbolic_dim_its_chunks_overrun():
     with pytest.raises(dynashape.ShapeInferenceError) as info:
         sess.run(None, {"x": f32(5)})
     assert info.value.kind == "SplitUneven" and info.value.node == "n", str(info.value)
+
+
+def _one_node(node, inputs, opsets, inits=(), out_type=F):
+    vi = helper.make_tensor_value_info
+    graph = helper.make_graph([node], "g", [vi(n, t, dims) for n, t, dims in inputs],
+                              [vi(o, out_type, None) for o in node.output], list(inits))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()],
+                             ir_version=8)
+
+
+U8 = onnx.TensorProto.UINT8
+#: rules onnxruntime cannot check for us (an opset it does not load, a per-row zero point it
+#: does not take, the ai.onnx.ml domain): op -> (model, good feeds with the expected output,
+#: bad feeds, kind), each over symbolic dims (an int-only check once)
+GUARDED_BY_HAND = {
+    "Add-6 legacy broadcast": (
+        _one_node(helper.make_node("Add", ["a", "b"], ["y"], broadcast=1, axis=1, name="n"),
+                  [("a", F, [2, 3, 2]), ("b", F, ["K"])], {"": 6}),
+        ({"a": np.ones((2, 3, 2), np.float32), "b": np.array([1, 2, 3], np.float32)},
+         np.ones((2, 3, 2), np.float32) + np.array([1, 2, 3], np.float32)[:, None]),
+        {"a": np.ones((2, 3, 2), np.float32), "b": np.ones(2, np.float32)}, "BroadcastMismatch"),
+    "MatMulInteger a_zero_point": (
+        _one_node(helper.make_node("MatMulInteger", ["a", "b", "za"], ["y"], name="n"),
+                  [("a", U8, [2, 2]), ("b", U8, [2, 1]), ("za", U8, ["Z"])], {"": 13},
+                  out_type=onnx.TensorProto.INT32),
+        ({"a": np.array([[3, 4], [5, 6]], np.uint8), "b": np.array([[1], [2]], np.uint8),
+          "za": np.array([1, 2], np.uint8)}, np.array([[(3 - 1) + 2 * (4 - 1)], [(5 - 2) + 2 * (6 - 2)]], np.int32)),
+        {"a": np.ones((2, 2), np.uint8), "b": np.ones((2, 1), np.uint8), "za": np.ones(3, np.uint8)},
+        "InvalidQuantParam"),
+    "ArrayFeatureExtractor index": (
+        _one_node(helper.make_node("ArrayFeatureExtractor", ["x", "i"], ["y"], domain="ai.onnx.ml", name="n"),
+                  [("x", F, [2, "D"])], {"": 13, "ai.onnx.ml": 1},
+                  [onnx.numpy_helper.from_array(np.array([2], np.int64), "i")]),
+        ({"x": np.array([[1, 2, 3], [4, 5, 6]], np.float32)}, np.array([[3], [6]], np.float32)),
+        {"x": np.ones((2, 2), np.float32)}, "IndexOutOfRange"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(GUARDED_BY_HAND))
+def test_a_rule_on_a_symbolic_dim_refuses_a_binding_that_breaks_it_by_hand(case):
+    """As test_a_rule_on_a_symbolic_dim_refuses_a_binding_that_breaks_it, with values by hand:
+    each of these checked its condition only for int dims (a kernel failure, or a wrong
+    result, once the dim was symbolic)."""
+    model, (good, want), bad, kind = GUARDED_BY_HAND[case]
+    sess = dynashape.InferenceSession(model.SerializeToString())
+    np.testing.assert_array_equal(sess.run(None, good)[0], want)
+    with pytest.raises(dynashape.ShapeInferenceError) as info:
+        sess.run(None, bad)
+    assert info.value.kind == kind and info.value.node == "n", str(info.value)
+    np.testing.assert_array_equal(sess.run(None, good)[0], want)
+
+
+def test_div_gives_a_symbolic_quotient_only_where_floor_division_rounds_as_the_kernel():
+    """Integer Div truncates toward zero (the kernel, onnxruntime); a symbolic shape value's
+    quotient was floor division: -(n // 2) and n // -2 differ for odd n."""
+    from dynashape.ops_builtin.elementwise import _sym_div
+
+    n = sym("n")
+    assert _sym_div(7, -2) == -3 and _sym_div(-7, 2) == -3 and _sym_div(7, 2) == 3
+    assert [evaluate(_sym_div(n, 2), {"n": v}) for v in (0, 1, 7)] == [0, 0, 3]
+    assert [evaluate(_sym_div(n, -2), {"n": v}) for v in (0, 1, 7)] == [0, 0, -3]     # floor gave -1, -4
+    for a, b in ((n - 7, 2), (6, n), (n, n)):
+        with pytest.raises(TypeError):
+            _sym_div(a, b)       # may be negative, or a symbolic divisor: no value, computed at run time
