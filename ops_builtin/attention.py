@@ -28,7 +28,7 @@ from dynashape.dtypes import as_dtype, compute_dtype, is_float, np_dtype
 from dynashape.errors import ExecutionError, ShapeInferenceError
 from dynashape.model import Graph
 from dynashape.records import InferContext, OpLibrary, same_dtype
-from dynashape.shapes import check_dims_equal, check_unidirectional, is_known, normalize_axis
+from dynashape.shapes import check_dims_equal, check_unidirectional, normalize_axis, require
 
 lib = OpLibrary()
 
@@ -94,11 +94,7 @@ def _check_rank(ctx: InferContext, i: int, ranks: tuple, what: str):
 
 def _divisible(ctx: InferContext, dim, n: int, what: str, by: str) -> None:
     """``dim`` must be a multiple of ``n`` (assumed for a symbolic dim, checked per signature)."""
-    if is_known(dim):
-        if dim % n != 0:
-            ctx.fail(f"{what} {dim} must be divisible by {by} ({n})", kind="InvalidShape")
-    else:
-        ctx.assume(dim % n, "==", 0)
+    require(ctx, dim % n, "==", 0, f"{what} {dim} must be divisible by {by} ({n})", "InvalidShape")
 
 
 def _positive_attr(ctx: InferContext, name: str, required: bool = True):
@@ -226,19 +222,17 @@ def _attention_dims(ctx: InferContext) -> _AttnDims | None:
             ctx.fail("q_num_heads and kv_num_heads must not be given for 4-D Q, K and V",
                      kind="InvalidAttribute")
         qh, kvh, q_seq = q[1], k[1], q[2]
-        if qh_attr is not None and is_known(qh) and int(qh_attr) != qh:
-            ctx.fail(f"q_num_heads {qh_attr} does not match Q's heads {qh}", kind="InvalidAttribute")
-        if kvh_attr is not None and is_known(kvh) and int(kvh_attr) != kvh:
-            ctx.fail(f"kv_num_heads {kvh_attr} does not match K's heads {kvh}", kind="InvalidAttribute")
+        if qh_attr is not None:
+            require(ctx, qh, "==", int(qh_attr), f"q_num_heads {qh_attr} does not match Q's heads {qh}",
+                    "InvalidAttribute")
+        if kvh_attr is not None:
+            require(ctx, kvh, "==", int(kvh_attr), f"kv_num_heads {kvh_attr} does not match K's heads {kvh}",
+                    "InvalidAttribute")
         kvh = check_dims_equal(ctx, kvh, v[1], "heads of K and V")
         kv_seq = check_dims_equal(ctx, k[2], v[2], "sequence length of K and V")
         head = check_dims_equal(ctx, k[3], q[3], "head size of K and Q")
         v_head = v[3]
-    if is_known(qh) and is_known(kvh):
-        if qh % kvh != 0:
-            ctx.fail(f"q_num_heads {qh} must be a multiple of kv_num_heads {kvh}", kind="InvalidShape")
-    else:
-        ctx.assume(qh % kvh, "==", 0)
+    require(ctx, qh % kvh, "==", 0, f"q_num_heads {qh} must be a multiple of kv_num_heads {kvh}", "InvalidShape")
     past = 0
     if ctx.has_input(4):
         pk, pv = (_check_rank(ctx, i, (4,), what) for i, what in ((4, "past_key"), (5, "past_value")))
@@ -268,12 +262,8 @@ def _check_mask(ctx: InferContext, m: tuple, d: _AttnDims) -> None:
         ctx.fail(f"attn_mask must have rank 1 to 4, got rank {len(m)}", kind="InvalidRank")
     total = d.total
     last = m[-1]
-    if is_known(last) and is_known(total):
-        if last > total:
-            ctx.fail(f"attn_mask's last dim {last} exceeds the total sequence length {total} "
-                     "(past + kv sequence length)", kind="InvalidShape")
-    elif not (type(last) is type(total) and last == total):
-        ctx.assume(total, ">=", last)
+    require(ctx, total, ">=", last, f"attn_mask's last dim {last} exceeds the total sequence length {total} "
+            "(past + kv sequence length)", "InvalidShape")
     check_unidirectional(ctx, tuple(m[:-1]), (d.batch, d.q_heads, d.q_seq), "attn_mask")
 
 
@@ -515,18 +505,14 @@ def _rotary_shape(ctx: InferContext):
         _divisible(ctx, x[2], heads, "X's hidden size", "num_heads")
         batch, seq, head = x[0], x[1], x[2] // heads
     else:
-        if heads is not None and is_known(x[1]) and int(heads) != x[1]:
-            ctx.fail(f"num_heads {heads} does not match X's heads {x[1]}", kind="InvalidAttribute")
+        if heads is not None:
+            require(ctx, x[1], "==", int(heads), f"num_heads {heads} does not match X's heads {x[1]}",
+                    "InvalidAttribute")
         batch, seq, head = x[0], x[2], x[3]
     if rd == 0:
         rd = head
-    if is_known(rd):
-        if rd % 2:
-            ctx.fail(f"the rotary dim {rd} must be even", kind="InvalidShape")
-    else:
-        ctx.assume(rd % 2, "==", 0)
-    if is_known(head) and is_known(rd) and rd > head:
-        ctx.fail(f"rotary_embedding_dim {rd} exceeds the head size {head}", kind="InvalidShape")
+    require(ctx, rd % 2, "==", 0, f"the rotary dim {rd} must be even", "InvalidShape")
+    require(ctx, head, ">=", rd, f"rotary_embedding_dim {rd} exceeds the head size {head}", "InvalidShape")
     cos, sin = ctx.shape(1), ctx.shape(2)
     want_rank = 2 if ctx.has_input(3) else 3
     for _i, what, s in ((1, "cos_cache", cos), (2, "sin_cache", sin)):
@@ -647,12 +633,9 @@ def _tensor_scatter_shape(ctx: InferContext):
         for i, (a, b) in enumerate(zip(past, upd)):
             if i != axis:
                 check_dims_equal(ctx, b, a, f"dim {i} of update and past_cache")
-            elif is_known(a) and is_known(b):
-                if b > a:
-                    ctx.fail(f"update's sequence length {b} (axis {axis}) exceeds past_cache's {a}",
-                             kind="InvalidShape")
-            elif not (type(a) is type(b) and a == b):
-                ctx.assume(a, ">=", b)
+            else:
+                require(ctx, a, ">=", b, f"update's sequence length {b} (axis {axis}) exceeds past_cache's {a}",
+                        "InvalidShape")
     if ctx.has_input(2) and ctx.shape(2) is not None:
         w = ctx.shape(2)
         if len(w) != 1:
@@ -813,10 +796,10 @@ def _linear_attention_dims(ctx: InferContext) -> _LinDims | None:
         check_dims_equal(ctx, s[1], seq, f"sequence length of {what} and query")
         last = s[2]
         options = (kvh, kvh * dk) if i == 4 else (kvh, 1)
-        if is_known(last) and all(is_known(o) for o in options) and last not in options:
-            names = "kv_num_heads or kv_num_heads * d_k" if i == 4 else "kv_num_heads or 1"
-            ctx.fail(f"{what}'s last dim {last} must be {names} ({' or '.join(map(str, options))})",
-                     kind="InvalidShape")
+        names = "kv_num_heads or kv_num_heads * d_k" if i == 4 else "kv_num_heads or 1"
+        # one of two: the product of the differences is 0 (exact for symbolic dims too)
+        require(ctx, (last - options[0]) * (last - options[1]), "==", 0,
+                f"{what}'s last dim {last} must be {names} ({' or '.join(map(str, options))})", "InvalidShape")
     return dims
 
 
@@ -991,12 +974,9 @@ def _causal_conv_shape(ctx: InferContext):
     if x is None or w is None:
         return [None] * max(1, ctx.num_outputs)
     c = check_dims_equal(ctx, w[0], x[1], "weight's channels and input's channels")
-    if not (w[1] == 1):
-        if is_known(w[1]):
-            ctx.fail(f"weight must have shape (channels, 1, k) (depthwise), got {tuple(w)}", kind="InvalidShape")
-        ctx.assume(w[1], "==", 1)
-    if is_known(w[2]) and w[2] < 1:
-        ctx.fail(f"kernel size {w[2]} must be >= 1", kind="InvalidShape")
+    require(ctx, w[1], "==", 1, f"weight must have shape (channels, 1, k) (depthwise), got {tuple(w)}",
+            "InvalidShape")
+    require(ctx, w[2], ">=", 1, f"kernel size {w[2]} must be >= 1", "InvalidShape")
     state = (x[0], c, w[2] - 1)
     if ctx.has_input(2) and ctx.shape(2) is not None:
         b = ctx.shape(2)
@@ -1117,11 +1097,7 @@ def _flex_shape(ctx: InferContext):
     kvh = check_dims_equal(ctx, k[1], v[1], "heads of K and V")
     check_dims_equal(ctx, k[2], v[2], "sequence length of K and V")
     check_dims_equal(ctx, k[3], q[3], "head size of K and Q")
-    if is_known(q[1]) and is_known(kvh):
-        if q[1] % kvh:
-            ctx.fail(f"Q's heads {q[1]} must be a multiple of K's heads {kvh}", kind="InvalidShape")
-    else:
-        ctx.assume(q[1] % kvh, "==", 0)
+    require(ctx, q[1] % kvh, "==", 0, f"Q's heads {q[1]} must be a multiple of K's heads {kvh}", "InvalidShape")
     return [(batch, q[1], q[2], v[3])]
 
 

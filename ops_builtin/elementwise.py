@@ -122,9 +122,9 @@ def _legacy_broadcast_shape(ctx, a, b):
     start = _legacy_axis(ctx, a, b)
     for j, d in enumerate(b):
         t = a[start + j]
-        if not (isinstance(d, int) and d == 1):   # 1 or A's dim: a symbolic d is guarded equal, 1 judged per node
-            require(ctx, d, "==", t, f"B dim {j} is {d}, expected 1 or A's dim {start + j} ({t}) for legacy "
-                    "broadcasting", "BroadcastMismatch")
+        # 1 or A's dim: the product of the differences is 0 (exact for symbolic dims too)
+        require(ctx, (d - 1) * (d - t), "==", 0, f"B dim {j} is {d}, expected 1 or A's dim {start + j} ({t}) "
+                "for legacy broadcasting", "BroadcastMismatch")
     return tuple(a)
 
 

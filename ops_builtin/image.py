@@ -476,18 +476,16 @@ def _deform_conv_shape(ctx):
             ctx.fail(f"{what} must have rank {r + 2} like X, got rank {len(s)}", kind="InvalidRank")
     kernel, strides, dil, pads, group, og, out = _deform_geometry(ctx, x, w)
     c, m = x[1], w[0]
-    if isinstance(c, int) and isinstance(w[1], int) and c != w[1] * group:
-        ctx.fail(f"input channels {c} must equal W.shape[1] * group = {w[1]} * {group}", kind="ChannelMismatch")
-    if isinstance(m, int) and m % group:
-        ctx.fail(f"output channels {m} must be divisible by group {group}", kind="ChannelMismatch")
-    if isinstance(c, int) and c % og:
-        ctx.fail(f"input channels {c} must be divisible by offset_group {og}", kind="ChannelMismatch")
+    require(ctx, c, "==", w[1] * group, f"input channels {c} must equal W.shape[1] * group = {w[1]} * {group}",
+            "ChannelMismatch")
+    require(ctx, m % group, "==", 0, f"output channels {m} must be divisible by group {group}", "ChannelMismatch")
+    require(ctx, c % og, "==", 0, f"input channels {c} must be divisible by offset_group {og}", "ChannelMismatch")
     for kk, wk in zip(kernel, w[2:]):
-        if isinstance(wk, int) and kk != wk:
-            ctx.fail(f"kernel_shape {kernel} does not match W's spatial dims {list(w[2:])}", kind="KernelShapeMismatch")
+        require(ctx, wk, "==", kk, f"kernel_shape {kernel} does not match W's spatial dims {list(w[2:])}",
+                "KernelShapeMismatch")
     k = int(np.prod(kernel))
-    if any(isinstance(o, int) and o < 1 for o in out):
-        ctx.fail(f"the padded input {list(x[2:])} is smaller than the dilated kernel", kind="InvalidShape")
+    for o in out:
+        require(ctx, o, ">=", 1, f"the padded input {list(x[2:])} is smaller than the dilated kernel", "InvalidShape")
     n = x[0]
     if off is not None:
         n = check_dims_equal(ctx, n, off[0], "batch size of X and offset")

@@ -308,9 +308,8 @@ def _check_quant_param(ctx, i: int, what: str, size) -> None:
     message = f"{what} must be a scalar or 1-D of size {size}, got shape {tuple(s)}"
     if len(s) > 1:
         ctx.fail(message, kind="InvalidQuantParam")
-    if len(s) == 1 and not (isinstance(s[0], int) and s[0] == 1):
-        # (1 or size: a symbolic length is guarded equal to size, one bound to 1 is judged per node)
-        require(ctx, s[0], "==", size, message, "InvalidQuantParam")
+    if len(s) == 1:   # 1 or size: the product of the differences is 0 (exact for symbolic dims too)
+        require(ctx, (s[0] - 1) * (s[0] - size), "==", 0, message, "InvalidQuantParam")
 
 
 def _rows(ctx, i: int):

@@ -20,7 +20,7 @@ import numpy as np
 
 from dynashape import UnsupportedOperatorError
 from dynashape.records import OpLibrary, same_dtype
-from dynashape.shapes import check_dims_equal
+from dynashape.shapes import check_dims_equal, require
 
 DOMAIN = "com.microsoft"
 DEFAULT_MASK_FILTER_VALUE = -10000.0
@@ -162,9 +162,9 @@ def _attention_shape(ctx):
         q_hidden, k_hidden, v_hidden = sizes
         check_dims_equal(ctx, width, q_hidden + k_hidden + v_hidden, "weights dim 1 vs sum of qkv_hidden_sizes")
     else:
-        if isinstance(width, int) and (width % 3 or (width // 3) % heads):
-            ctx.fail(f"weights dim 1 ({width}) must be 3 * hidden_size with hidden_size divisible by "
-                     f"num_heads {heads}", kind="HiddenSizeMismatch")
+        message = f"weights dim 1 ({width}) must be 3 * hidden_size with hidden_size divisible by num_heads {heads}"
+        require(ctx, width % 3, "==", 0, message, "HiddenSizeMismatch")
+        require(ctx, (width // 3) % heads, "==", 0, message, "HiddenSizeMismatch")
         q_hidden = k_hidden = v_hidden = width // 3
     head_size = k_hidden // heads
     past_seq = 0

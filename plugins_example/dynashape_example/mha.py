@@ -70,7 +70,7 @@ import numpy as np
 
 from dynashape import UnsupportedOperatorError
 from dynashape.records import OpLibrary, same_dtype
-from dynashape.shapes import check_dims_equal, dim_max, value_list
+from dynashape.shapes import check_dims_equal, dim_max, require, value_list
 
 DOMAIN = "com.microsoft"
 DEFAULT_MASK_FILTER_VALUE = -10000.0
@@ -142,8 +142,9 @@ def _one_or(ctx, d, target, what: str) -> None:
 
 
 def _divides(ctx, total, part, what: str) -> None:
-    if isinstance(total, int) and isinstance(part, int) and (part <= 0 or total % part):
-        ctx.fail(f"{what} ({total}) must be a multiple of {part}", kind="HiddenSizeMismatch")
+    message = f"{what} ({total}) must be a multiple of {part}"
+    require(ctx, part, ">", 0, message, "HiddenSizeMismatch")
+    require(ctx, total % part, "==", 0, message, "HiddenSizeMismatch")
 
 
 def _int_attr(ctx, name: str, default: int) -> int:
@@ -909,13 +910,12 @@ def _rotary_shape(ctx):
         else:
             _divides(ctx, hidden, a.heads, "hidden size vs num_heads")
             head = hidden // a.heads
-            if isinstance(head, int) and a.rotary_dim > head:
-                ctx.fail(f"rotary_embedding_dim {a.rotary_dim} must be <= head_size {head}", kind="InvalidAttribute")
-            if not (half == a.rotary_dim // 2 or half == head // 2):
-                if isinstance(half, int) and isinstance(head, int):
-                    ctx.fail(f"cos_cache dim 1 ({half}) must be head_size / 2 ({head // 2}) or "
-                             f"rotary_embedding_dim / 2 ({a.rotary_dim // 2})", kind="InvalidInput")
-                check_dims_equal(ctx, half, a.rotary_dim // 2, "cos_cache dim 1 vs rotary_embedding_dim / 2")
+            require(ctx, head, ">=", a.rotary_dim, f"rotary_embedding_dim {a.rotary_dim} must be <= head_size {head}",
+                    "InvalidAttribute")
+            # one of two: the product of the differences is 0 (exact for symbolic dims too)
+            require(ctx, (half - a.rotary_dim // 2) * (half - head // 2), "==", 0,
+                    f"cos_cache dim 1 ({half}) must be head_size / 2 ({head // 2}) or rotary_embedding_dim / 2 "
+                    f"({a.rotary_dim // 2})", "InvalidInput")
         if len(x) == 3:
             _divides(ctx, hidden, head, "hidden size vs head_size")
         else:

@@ -7,7 +7,7 @@ from importlib import metadata
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 import dynashape
 from tests.conftest import ort_run
@@ -76,3 +76,29 @@ def test_plugin_bias_rule_guards_symbolic_dims_and_matches_onnxruntime():
             sess.run(None, {"x": np.zeros(xs, np.float32), "b": np.zeros(bs, np.float32)})
         assert info.value.kind == "BiasShapeMismatch" and info.value.node == "bias_gelu"
     assert sess.run(None, {"x": np.ones((1, 1, 2), np.float32), "b": np.zeros(2, np.float32)})[0].shape == (1, 1, 2)
+
+
+def test_plugin_rotary_hidden_size_is_guarded_on_a_symbolic_dim():
+    """RotaryEmbedding (com.microsoft) with a 3-D input: the hidden size must be a multiple of
+    num_heads. The rule checked it for an int only: a symbolic H bound to 7 reached the
+    kernel's reshape (an ExecutionError); now a guard refuses it by name, and H of 8 or 6
+    (head sizes 4 and 3, rotary dim 2) match onnxruntime on the same session."""
+    rng = np.random.default_rng(0)
+    cos, sin = rng.standard_normal((8, 1)).astype(np.float32), rng.standard_normal((8, 1)).astype(np.float32)
+    node = helper.make_node("RotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"], domain="com.microsoft",
+                            num_heads=2, rotary_embedding_dim=2, name="rot")
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, "H"]),
+                                        helper.make_tensor_value_info("pos", TensorProto.INT64, [1, 2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(cos, "cos"), numpy_helper.from_array(sin, "sin")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+                              ir_version=8)
+    sess = dynashape.InferenceSession(model)
+    pos = np.array([[0, 1]], np.int64)
+    for hidden in (8, 6):
+        x = rng.standard_normal((1, 2, hidden)).astype(np.float32)
+        np.testing.assert_allclose(sess.run(None, {"x": x, "pos": pos})[0], ort_run(model, {"x": x, "pos": pos})[0],
+                                   rtol=1e-5, atol=1e-6)
+    with pytest.raises(dynashape.ShapeInferenceError, match=r"\(7\) must be a multiple of 2") as info:
+        sess.run(None, {"x": np.zeros((1, 2, 7), np.float32), "pos": pos})
+    assert info.value.kind == "HiddenSizeMismatch" and info.value.node == "rot"

@@ -1407,6 +1407,16 @@ GUARDED_BY_HAND = {
           "za": np.array([1, 2], np.uint8)}, np.array([[(3 - 1) + 2 * (4 - 1)], [(5 - 2) + 2 * (6 - 2)]], np.int32)),
         {"a": np.ones((2, 2), np.uint8), "b": np.ones((2, 1), np.uint8), "za": np.ones(3, np.uint8)},
         "InvalidQuantParam"),
+    "DeformConv channels": (
+        _one_node(helper.make_node("DeformConv", ["x", "w", "off"], ["y"], name="n"),
+                  [("x", F, [1, "C", 3, 3]), ("off", F, [1, 8, 2, 2])], {"": 19},
+                  [onnx.numpy_helper.from_array(np.arange(16, dtype=np.float32).reshape(2, 2, 2, 2), "w")]),
+        # zero offsets: a plain convolution, by hand: y[o, i, j] = sum_c,a,b x[c, i+a, j+b] * w[o, c, a, b]
+        ({"x": np.arange(18, dtype=np.float32).reshape(1, 2, 3, 3), "off": np.zeros((1, 8, 2, 2), np.float32)},
+         np.einsum("cijab,ocab->oij", np.lib.stride_tricks.sliding_window_view(
+             np.arange(18, dtype=np.float32).reshape(2, 3, 3), (2, 2), axis=(1, 2)),
+             np.arange(16, dtype=np.float32).reshape(2, 2, 2, 2))[None]),
+        {"x": np.zeros((1, 3, 3, 3), np.float32), "off": np.zeros((1, 8, 2, 2), np.float32)}, "ChannelMismatch"),
     "ArrayFeatureExtractor index": (
         _one_node(helper.make_node("ArrayFeatureExtractor", ["x", "i"], ["y"], domain="ai.onnx.ml", name="n"),
                   [("x", F, [2, "D"])], {"": 13, "ai.onnx.ml": 1},
