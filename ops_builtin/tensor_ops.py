@@ -1511,16 +1511,21 @@ def _compress_axis(ctx, rank: int):
 
 
 def _compress_count(ctx, dim):
-    """Number of true entries of a host-known condition read up to ``dim`` (None: unknown).
-    A symbolic ``dim`` is assumed to cover the condition (a guard every signature checks)."""
+    """Number of true entries of a host-known condition (None: unknown). Entries past
+    ``dim`` must be false: a true one selects a slice that does not exist (ConditionTooLong).
+    A symbolic ``dim`` is assumed to cover the condition (a guard every signature checks;
+    one that breaks it is judged here with ints)."""
     value = ctx.value(1)
     if value is None or np.asarray(value).dtype == object:
         return None
     cond = np.asarray(value).reshape(-1)
-    if isinstance(dim, int):
-        return int(np.count_nonzero(cond[:dim]))
-    ctx.assume(dim, ">=", cond.size)
-    return int(np.count_nonzero(cond))
+    if ctx.assume(dim, ">=", cond.size):
+        return int(np.count_nonzero(cond))
+    beyond = np.flatnonzero(cond[dim:])
+    if beyond.size:
+        ctx.fail(f"condition entry {dim + int(beyond[0])} is true but the axis has only {dim} slices (entries past "
+                 "the axis may only be false)", kind="ConditionTooLong")
+    return int(np.count_nonzero(cond[:dim]))
 
 
 def _compress_value(ctx):
@@ -1539,13 +1544,15 @@ def _compress_value(ctx):
         propagate_value=_compress_value)
 def _compress_shape(ctx):
     """Compress: the slices along ``axis`` (elements of the flattened input when no axis)
-    whose ``condition`` entry is true. A condition shorter than the axis drops the rest; a
-    longer one is read only up to the axis length (as onnxruntime).
+    whose ``condition`` entry is true. A condition shorter than the axis drops the rest (the
+    spec); entries past the axis may only be false (they select nothing), a true one is
+    ConditionTooLong: the spec lets the condition be shorter only, onnx.reference (numpy's
+    compress) refuses a true entry there, onnxruntime ignores every entry past the axis.
 
     The output length is the number of true entries: known when the condition is (on a
     symbolic axis, assuming the axis is at least as long as the condition), else a fresh
     dim (data-dependent). Propagates symbolic values (a compressed Shape). Raises
-    InvalidRank (condition not 1-D), AxisOutOfRange, UnsupportedDtype.
+    InvalidRank (condition not 1-D), AxisOutOfRange, UnsupportedDtype, ConditionTooLong.
     Source: ONNX operator spec, Compress-11 (-9: the same, negative axis unspecified; -28:
     more types).
     """

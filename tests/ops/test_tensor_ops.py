@@ -1052,16 +1052,34 @@ def test_compress(axis):
     check("Compress", [np.array([["a", "b"], ["c", "d"]], dtype=object), np.array([False, True])], attrs, opset=9)
 
 
-def test_compress_long_condition_reads_only_the_axis_length():
-    (y,) = run_node("Compress", [f32(3, 2), np.array([True, False, True, True, True])], {"axis": 0}, opset=11)
-    assert y.shape == (2, 2)
-    (y,) = run_node("Compress", [np.arange(4.0), np.array([0, 1, 1, 0, 1, 1], bool)], {}, opset=11)
-    assert y.tolist() == [1.0, 2.0]
+def test_a_compress_condition_longer_than_the_axis_may_only_be_false_past_it():
+    """The spec lets the condition be shorter than the axis (the rest is dropped); past the
+    axis an entry selects nothing when false, and a slice that does not exist when true:
+    refused by name, as onnx.reference (numpy's compress) does (onnxruntime ignores the
+    entries past the axis: docs/CONFORMANCE.md, compress-condition-too-long)."""
+    x = np.arange(6, dtype=np.float32).reshape(3, 2)
+    (y,) = run_node("Compress", [x, np.array([True, False, True, False, False])], {"axis": 0}, opset=11)
+    np.testing.assert_array_equal(y, [[0, 1], [4, 5]])
+    with pytest.raises(dynashape.ShapeInferenceError, match="condition entry 3 is true but the axis has only 3") as e:
+        run_node("Compress", [x, np.array([True, False, True, True, False])], {"axis": 0}, opset=11)
+    assert e.value.kind == "ConditionTooLong"
+    with pytest.raises(dynashape.ShapeInferenceError, match="condition entry 4 is true") as e:
+        run_node("Compress", [np.arange(4.0), np.array([0, 1, 1, 0, 1, 1], bool)], {}, opset=11)
+    assert e.value.kind == "ConditionTooLong"
+    sess = dynashape.InferenceSession(one_node_model("Compress", [x, np.array([True])], {"axis": 0}, 11,
+                                                     dims=[["N", 2], ["K"]])[0])
+    with pytest.raises(dynashape.ShapeInferenceError, match="condition entry 2 is true"):
+        sess.run(None, {"in0": x[:2], "in1": np.array([False, True, True])})
+    np.testing.assert_array_equal(sess.run(None, {"in0": x, "in1": np.array([False, True, True, False])})[0],
+                                  [[2, 3], [4, 5]])
 
 
 @pytest.mark.parametrize("allocator", ["pool", "naive"])
 def test_compress_data_dependent_session_matches_ort(allocator):
-    runs = [{"in0": f32(n, 3), "in1": rng.random(k) < 0.5} for n, k in [(4, 4), (6, 2), (1, 1), (0, 0), (5, 9)]]
+    # (a condition longer than the axis is false past it: onnxruntime ignores those entries, dynashape
+    # refuses a true one, test_a_compress_condition_longer_than_the_axis_may_only_be_false_past_it)
+    runs = [{"in0": f32(n, 3), "in1": (rng.random(k) < 0.5) & (np.arange(k) < n)}
+            for n, k in [(4, 4), (6, 2), (1, 1), (0, 0), (5, 9)]]
     model, _ = one_node_model("Compress", [runs[0]["in0"], runs[0]["in1"]], {"axis": 0}, 11,
                               dims=[["N", 3], ["K"]])
     assert_runs_match_ort(model, runs, allocator)
@@ -1159,7 +1177,8 @@ def test_reverse_sequence_errors():
 def test_compress_known_condition_is_planned_symbolically(allocator):
     """A constant condition on a symbolic axis: static output length, no data-dependent step;
     Shape -> Compress -> CumProd -> Reshape stays symbolic; an axis shorter than the condition
-    breaks the guard and is planned by per-node inference (onnxruntime's truncation)."""
+    breaks the guard and is planned by per-node inference (where the condition past the axis is
+    false: onnxruntime's result; a true entry there is refused, ConditionTooLong)."""
     vi = helper.make_tensor_value_info
     cond = onnx.numpy_helper.from_array(np.array([True, False, True]), "cond")
     nodes = [helper.make_node("Compress", ["x", "cond"], ["c"], axis=1),
@@ -1179,11 +1198,15 @@ def test_compress_known_condition_is_planned_symbolically(allocator):
         np.testing.assert_array_equal(c, x[:, [0, 2]])
         np.testing.assert_array_equal(r, x[:, [0, 2]].reshape(n * 2, 2))
     assert sess.stats.resolved_plans == 0
+    with pytest.raises(dynashape.ShapeInferenceError, match="condition entry 2 is true") as info:
+        sess.run(None, {"x": f32(2, 2, 2)})     # M = 2 < 3 breaks the guard; entry 2 is true
+    assert info.value.kind == "ConditionTooLong"
+    head = onnx.numpy_helper.from_array(np.array([True, True, False]), "cond")
     graph = helper.make_graph(nodes[:1], "g", [vi("x", onnx.TensorProto.FLOAT, ["N", "M", 2])],
-                              [vi("c", onnx.TensorProto.FLOAT, None)], [cond])
+                              [vi("c", onnx.TensorProto.FLOAT, None)], [head])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
     sess = assert_runs_match_ort(model, [{"x": f32(3, 4, 2)}, {"x": f32(3, 2, 2)}, {"x": f32(1, 3, 2)}], allocator)
-    assert sess.stats.resolved_plans == 1       # M = 2 < 3 breaks the guard M >= 3
+    assert sess.stats.resolved_plans == 1       # M = 2 < 3 breaks the guard M >= 3 (entry 2 is false)
 
 
 # Rules checked on every binding (issue 24): a symbolic dim is guarded, not skipped -------

@@ -542,7 +542,8 @@ def _compress(d, opset):
     s = shape(d, 1, 3)
     attrs = {"axis": axis(d, len(s))} if maybe(d) else {}
     n = s[attrs["axis"]] if attrs and -len(s) <= attrs["axis"] < len(s) else int(np.prod(s))
-    return Example([floats(d, s), bools(d, (one_of(d, [n, n, max(0, n - 1)]),))], attrs)
+    return Example([floats(d, s), bools(d, (one_of(d, [n, n, max(0, n - 1), n + 1, n + 2]),))], attrs,
+                   constant=_fed_or_constant(d, 1))
 
 
 @recipe("NonZero", min_opset=9)

@@ -179,6 +179,10 @@ DEVIATIONS = [
               lambda ex, p: np.shape(ex.inputs[0])[-1] == 0 and "values differ" in p,
               "a product over K = 0 is 0 (QLinearMatMul: requantized to y_zero_point); onnxruntime leaves the "
               "output unwritten (0 or whatever its buffer held)"),
+    Deviation("compress-condition-too-long", frozenset({"Compress"}),
+              lambda ex, p: "entries past the axis may only be false" in p,
+              "a condition longer than the axis with a true entry past it: the spec lets the condition be "
+              "shorter only, onnx.reference refuses the true entry; onnxruntime ignores entries past the axis"),
     Deviation("squeeze-duplicate-axes", frozenset({"Squeeze"}), lambda ex, p: "contain duplicates" in p,
               "the spec is silent on a repeated axis; dynashape refuses it as for Unsqueeze and the reductions "
               "(onnx.reference does from Squeeze-13), onnxruntime squeezes the axis once"),
