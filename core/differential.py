@@ -36,7 +36,7 @@ import numpy as np
 from .errors import (DynashapeError, ExecutionError, MemoryPlanError, ModelLoadError, PlanCheckError,
                      PluginContractError)
 
-__all__ = ["compare_op", "OpComparison", "Outcome", "model_of_node", "named_error"]
+__all__ = ["compare_op", "OpComparison", "Outcome", "model_of_node", "named_error", "onnxruntime_reference"]
 
 #: the IR version of the models built (onnxruntime 1.23, the oldest supported, reads up to 11)
 IR_VERSION = 10

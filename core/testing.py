@@ -92,16 +92,19 @@ def infer_symbolic(op_type: str, shapes: Sequence, dtypes: Sequence, attrs: Opti
 @dataclass(frozen=True)
 class OpCheck:
     """What :func:`check_op` checked: the draws of the dims, and how many draws compared
-    the symbolic shapes and ``propagate_value`` with the kernel's outputs."""
+    the symbolic shapes, ``propagate_value`` and (with ``reference``) the differential
+    comparison with the kernel's outputs."""
 
     draws: tuple            # one {dim name: size} per trial
     symbolic_checked: int
     propagate_checked: int
+    compared: int = 0
 
 
 def check_op(op_type: str, make_inputs: Callable, dims: Mapping[str, tuple], attrs: Optional[dict] = None, *,
              opset: int = 21, domain: str = "", n_outputs: int = 1, trials: int = 10, seed: int = 0,
-             symbolic_shapes: Optional[Sequence] = None, rtol: float = 1e-6, atol: float = 0.0) -> OpCheck:
+             symbolic_shapes: Optional[Sequence] = None, rtol: float = 1e-6, atol: float = 0.0,
+             reference=None) -> OpCheck:
     """Property-test one op's records against its kernel over random sizes.
 
     Each of ``trials`` draws a size for every dim in ``dims`` (``{name: (low, high)}``,
@@ -115,7 +118,10 @@ def check_op(op_type: str, make_inputs: Callable, dims: Mapping[str, tuple], att
       for an absent input), the symbolic ``infer_shape`` (:func:`infer_symbolic`), evaluated
       at the draw, gives the actual shapes;
     * where the op has ``propagate_value`` and it returns a value for an output, that value
-      equals the kernel's (``rtol`` / ``atol``).
+      equals the kernel's (``rtol`` / ``atol``);
+    * with ``reference`` (``"onnxruntime"`` or a callable, :func:`dynashape.differential.compare_op`):
+      a session over a ``dim_param`` on every axis, the per-node run and the reference accept
+      the trial's inputs alike with equal outputs, and a refusal is the op's named error.
 
     Returns:
         OpCheck: the draws and how many trials each optional check ran on.
@@ -134,7 +140,7 @@ def check_op(op_type: str, make_inputs: Callable, dims: Mapping[str, tuple], att
         probe = make_inputs(np.random.default_rng(seed), **{k: lo for k, (lo, _) in dims.items()})
         dtypes = [None if a is None else np.asarray(a).dtype for a in probe]
         sym_shapes, _ = infer_symbolic(op_type, in_shapes, dtypes, attrs, opset, domain=domain, n_outputs=n_outputs)
-    draws, symbolic_checked, propagate_checked = [], 0, 0
+    draws, symbolic_checked, propagate_checked, compared = [], 0, 0, 0
     for trial in range(trials):
         sizes = {k: int(rng.integers(lo, hi + 1)) for k, (lo, hi) in dims.items()}
         draws.append(sizes)
@@ -153,7 +159,15 @@ def check_op(op_type: str, make_inputs: Callable, dims: Mapping[str, tuple], att
         if opdef.propagate_value is not None:
             propagate_checked += _check_propagate(opdef, op_type, inputs, attrs, opset, domain, n_outputs,
                                                   outs, where, rtol, atol)
-    return OpCheck(tuple(draws), symbolic_checked, propagate_checked)
+        if reference is not None:
+            from .differential import compare_op
+
+            result = compare_op(op_type, inputs, attrs, opset=opset, domain=domain, n_outputs=n_outputs,
+                                reference=reference, rtol=max(rtol, 1e-5), atol=max(atol, 1e-6))
+            if not result.agree:
+                raise AssertionError(f"{where}: the engines disagree\n{result.describe()}")
+            compared += 1
+    return OpCheck(tuple(draws), symbolic_checked, propagate_checked, compared)
 
 
 def _expect(ok: bool, where: str, k: int, what: str, declared, actual) -> None:

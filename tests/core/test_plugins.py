@@ -343,6 +343,36 @@ def test_check_op_names_the_draw_where_a_plugin_shape_rule_is_wrong(registered):
                  opset=1)
 
 
+def test_check_op_with_a_reference_compares_a_session_and_onnxruntime(registered):
+    """check_op(reference=...) runs each draw through dynashape.differential.compare_op (a
+    session over symbolic dims, the per-node run, the reference): a reference that computes
+    otherwise is reported with the engines' outcomes."""
+    from dynashape.differential import Outcome
+    from dynashape.testing import check_op
+    report = check_op("Concat", lambda rng, n, m: [rng.standard_normal((n, 3)).astype(np.float32),
+                                                   rng.standard_normal((m, 3)).astype(np.float32)],
+                      {"n": (0, 5), "m": (1, 4)}, {"axis": 0}, opset=13, trials=3, reference="onnxruntime")
+    assert report.compared == 3
+    lib = OpLibrary()
+
+    @lib.op("Twice", since_version=1, domain="com.example.twice", infer_dtype=same_dtype(0))
+    def _shape(ctx):
+        return [ctx.shape(0)]
+
+    @lib.kernel("Twice", domain="com.example.twice")
+    def _twice(inputs, outputs, ctx):
+        np.multiply(inputs[0], 2, out=outputs[0])
+
+    registered(lib, "twice")
+
+    def halves(model, feeds):
+        return Outcome("a reference that halves", [feeds["in0"] / 2])
+    with pytest.raises(AssertionError, match=r"(?s)the engines disagree.*output 0: values differ between dynashape "
+                                             r"session \(symbolic dims\) and a reference that halves"):
+        check_op("Twice", lambda rng, n: [np.ones(n, np.float32)], {"n": (1, 4)}, domain="com.example.twice",
+                 opset=1, trials=1, reference=halves)
+
+
 def test_every_missing_operator_is_named_with_the_plugin_that_provides_it():
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])
