@@ -535,10 +535,11 @@ def _gather(inputs, outputs, prepared):
     """Gather: np.take into the output buffer. A small output is taken with numpy's own range
     check (``mode="raise"``: [-s, s-1], as ONNX; it buffers the output, a copy that costs less
     than the two reductions of a separate check up to :data:`GATHER_CHECKED_TAKE` elements);
-    a larger one after :func:`_check_index_range`."""
+    a larger one, or an empty one (numpy takes nothing and checks nothing), after
+    :func:`_check_index_range`."""
     axis, size, node = prepared
     idx, out = inputs[1], outputs[0]
-    if out is not None and idx.size and out.size <= GATHER_CHECKED_TAKE:
+    if out is not None and idx.size and 0 < out.size <= GATHER_CHECKED_TAKE:
         try:
             inputs[0].take(idx, axis=axis, out=out, mode="raise")     # (the method: no np.take wrapper)
         except IndexError:

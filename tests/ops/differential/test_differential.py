@@ -67,6 +67,21 @@ def _constant_slice(ex) -> bool:
     return x.size > 0 and bool((x.var(axis=axes) == 0).any())
 
 
+def _window_in_padding(ex) -> bool:
+    """A pool (explicit pads) with a window none of whose taps falls on the input."""
+    x, kernel = np.shape(ex.inputs[0]), ex.attrs["kernel_shape"]
+    n = len(kernel)
+    pads = ex.attrs.get("pads", [0] * 2 * n)
+    strides, dil = ex.attrs.get("strides", [1] * n), ex.attrs.get("dilations", [1] * n)
+    for i in range(n):
+        size, span = x[2 + i], x[2 + i] + pads[i] + pads[n + i] - (kernel[i] - 1) * dil[i] - 1
+        for w in range(max(0, span // strides[i] + 1)):
+            taps = [w * strides[i] - pads[i] + t * dil[i] for t in range(kernel[i])]
+            if not any(0 <= t < size for t in taps):
+                return True
+    return False
+
+
 def _short_window_axis(ex) -> bool:
     """A Conv or pool (explicit pads) with an axis where the padded input is shorter than
     the kernel's extent: there the spec's floor((span) / stride) + 1 and onnxruntime's
@@ -124,11 +139,15 @@ DEVIATIONS = [
     Deviation("reshape-allowzero-minus-one", frozenset({"Reshape"}), lambda ex, p: "contains both 0 and -1" in p,
               "Reshape-14: with allowzero=1 a shape holding both 0 and -1 is invalid (the -1 has no unique value); "
               "onnxruntime accepts it on an empty input"),
-    Deviation("resize-align-corners-length", frozenset({"Resize"}),
-              lambda ex, p: ex.attrs.get("coordinate_transformation_mode") == "align_corners" and "values differ" in p
-              and len(ex.inputs) > 2 and ex.inputs[2] is not None,
-              "align_corners with scales: the spec's length_resized is length * scale (onnx.reference too); "
-              "onnxruntime uses the rounded output length"),
+    Deviation("resize-length-resized-unrounded", frozenset({"Resize"}),
+              lambda ex, p: ex.attrs.get("coordinate_transformation_mode") in ("align_corners", "pytorch_half_pixel")
+              and "values differ" in p and len(ex.inputs) > 2 and ex.inputs[2] is not None,
+              "align_corners / pytorch_half_pixel with scales: the spec's length_resized is length * scale "
+              "(onnx.reference too); onnxruntime uses the rounded output length"),
+    Deviation("maxpool-window-in-padding", frozenset({"MaxPool"}),
+              lambda ex, p: "values differ" in p and _window_in_padding(ex),
+              "a window wholly in the padding (its taps skip the input): the max of nothing is -inf here; "
+              "onnxruntime gives the lowest float, onnx.reference NaN (the spec does not say)"),
     Deviation("slice-neg-step-int64max-end", frozenset({"Slice"}),
               lambda ex, p: " shape (" in p and len(ex.inputs) > 4 and bool((np.asarray(ex.inputs[4]) < 0).any())
               and int(np.iinfo(np.int64).max) in np.asarray(ex.inputs[2]).tolist(),

@@ -135,3 +135,17 @@ def test_the_contrib_gelus_take_the_bias_their_schemas_take():
                                rtol=1e-5)
     (y,) = run_node("BiasGelu", [a, b], domain="com.microsoft", opset=1)
     np.testing.assert_allclose(y, [[_erf_gelu(0.75), _erf_gelu(-0.5)]], rtol=1e-5)
+
+
+def test_gather_checks_its_indices_where_the_output_is_empty():
+    """Gather's small-output path relied on numpy's own range check (take, mode="raise"),
+    which takes nothing, and checks nothing, for an empty output: an out-of-range index into
+    an empty axis passed in a session (the per-node run and onnxruntime refuse it)."""
+    sess = _session("Gather", [np.zeros((2, 3), np.float32), np.asarray(0)], {"axis": 1}, 13)
+    with pytest.raises(dynashape.ShapeInferenceError, match="index 0 is out of range for a dim of size 0") as err:
+        sess.run(None, {"in0": np.zeros((0, 0), np.float32), "in1": np.asarray(0)})
+    assert err.value.kind == "GatherIndexOutOfRange"
+    (y,) = sess.run(None, {"in0": np.zeros((0, 3), np.float32), "in1": np.asarray(-3)})   # in range: empty result
+    assert y.shape == (0,)
+    np.testing.assert_array_equal(sess.run(None, {"in0": np.arange(6, dtype=np.float32).reshape(2, 3),
+                                                  "in1": np.asarray(-1)})[0], [2, 5])
