@@ -666,35 +666,33 @@ def _gqa_shape(ctx):
     if total is None:
         present = ctx.new_dim()
     else:
-        if isinstance(total, int) and total <= 0:
-            ctx.fail(f"total_sequence_length must be positive, got {total}", kind="InvalidInput")
+        require(ctx, total, ">", 0, f"total_sequence_length must be positive, got {total}", "InvalidInput")
         growing = total - (past + seq)
         if isinstance(growing, int) and growing == 0:
             present = total
         elif pk is None:
             check_dims_equal(ctx, total, seq, "total_sequence_length vs sequence_length (no past)")
             present = seq
-        elif isinstance(total, int) and isinstance(past, int) and isinstance(seq, int):
-            if total > past:
-                ctx.fail(f"total_sequence_length {total} must equal past_sequence_length + kv_sequence_length "
-                         f"{past + seq} (growing cache) or be <= past_sequence_length {past} (static cache)",
-                         kind="InvalidInput")
-            present = past
         else:
+            # a growing cache (total = past + seq) or a static one (total <= past, present = past): the
+            # product is 0 exactly then, for ints and, through the max, for symbolic dims too
             present = dim_max(total, past)
-        if isinstance(total, int) and isinstance(seq, int) and isinstance(batch, int):
-            if seq > 1 and seq != total and batch != 1:
-                ctx.fail("batch_size must be 1 when sequence_length > 1 and past context is given",
-                         kind="InvalidInput")
+            require(ctx, growing * (present - past), "==", 0,
+                    f"total_sequence_length {total} must equal past_sequence_length + kv_sequence_length "
+                    f"{past + seq} (growing cache) or be <= past_sequence_length {past} (static cache)",
+                    "InvalidInput")
+        # several query tokens beside a past: batch 1 only (seq <= 1, seq == total or batch == 1)
+        require(ctx, (seq - total) * (batch - 1) * dim_max(seq - 1, 0), "==", 0,
+                "batch_size must be 1 when sequence_length > 1 and past context is given", "InvalidInput")
     if cos is not None and sin is not None:
         check_dims_equal(ctx, sin[0], cos[0], "sin_cache dim 0 vs cos_cache dim 0")
         check_dims_equal(ctx, sin[1], cos[1], "sin_cache dim 1 vs cos_cache dim 1")
         if a.do_rotary:
-            if isinstance(cos[1], int) and isinstance(head, int) and 2 * cos[1] > head:
-                ctx.fail(f"cos_cache dim 1 ({cos[1]}) must be <= head_size / 2 ({head // 2})", kind="InvalidInput")
-            if isinstance(total, int) and isinstance(cos[0], int) and cos[0] < total:
-                ctx.fail(f"cos_cache dim 0 ({cos[0]}) must be >= total_sequence_length {total}",
-                         kind="InvalidInput")
+            require(ctx, head, ">=", 2 * cos[1], f"cos_cache dim 1 ({cos[1]}) must be <= head_size / 2 ({head // 2})",
+                    "InvalidInput")
+            if total is not None:
+                require(ctx, cos[0], ">=", total, f"cos_cache dim 0 ({cos[0]}) must be >= total_sequence_length "
+                        f"{total}", "InvalidInput")
     if pid is not None and a.do_rotary:
         check_dims_equal(ctx, pid[0], batch, "position_ids dim 0 vs batch_size")
         check_dims_equal(ctx, pid[1], seq, "position_ids dim 1 vs sequence_length")

@@ -586,6 +586,40 @@ def test_gqa_present_length_is_symbolic_when_total_comes_from_shapes():
             assert_close(gv, wv, RTOL, ATOL, f"output {j}")
 
 
+def test_gqa_total_from_another_symbol_is_guarded_exactly():
+    """total_sequence_length from a mask's length T, a symbol of its own: T = P + S (a growing
+    cache) and T <= P (a static one) are valid, P < T != P + S is not. The rule checked that
+    for ints only (a symbolic T took max(T, P) unchecked); the guard (T - P - S) * (max(T, P) - P)
+    == 0 is exact, so each kind of binding is planned from the symbols, the bad one refused by
+    name, and the good ones match onnxruntime fed the same total."""
+    model = gqa_model(name="gqa_t")
+    graph = model.graph
+    graph.node[0].input[6] = "total_from_mask"
+    graph.input.append(helper.make_tensor_value_info("mask", TensorProto.FLOAT, ["B", "T"]))
+    graph.node.extend([helper.make_node("Shape", ["mask"], ["mshape"], start=1, end=2),
+                       helper.make_node("Squeeze", ["mshape"], ["t64"]),
+                       helper.make_node("Cast", ["t64"], ["total_from_mask"], to=TensorProto.INT32)])
+    gqa = graph.node[0]
+    del graph.node[0]
+    graph.node.append(gqa)
+    del graph.input[6]
+    sess = dynashape.InferenceSession(model)
+    ref = ort_session(gqa_model())
+    g = GqaFeeds(rng_for(33))
+    for feeds in (g.step(2, 1, [5, 3], 6, past_len=5),          # growing: T = P + S
+                  g.step(1, 1, [3], 4, past_len=6)):            # static: T <= P, present keeps P
+        mine = {k: v for k, v in feeds.items() if k != "total_sequence_length"}
+        mine["mask"] = np.ones((feeds["query"].shape[0], int(feeds["total_sequence_length"])), np.float32)
+        for j, (gv, wv) in enumerate(zip(sess.run(None, mine), ref.run(None, feeds))):
+            assert_close(gv, wv, RTOL, ATOL, f"output {j}")
+    bad = {k: v for k, v in g.step(1, 1, [5], 6, past_len=4).items() if k != "total_sequence_length"}
+    bad["mask"] = np.ones((1, 6), np.float32)                    # 4 < 6 != 4 + 1
+    with pytest.raises(dynashape.ShapeInferenceError, match="gqa_t.*growing cache.*static cache") as info:
+        sess.run(None, bad)
+    assert info.value.node == "gqa_t"
+    assert sess.stats.resolved_plans == 0
+
+
 @pytest.mark.parametrize("attrs,extra,match", [
     ({"sliding_window_cache": 1, "local_window_size": 4}, {}, "sliding_window_cache"),
     ({"k_quant_type": "PER_TENSOR"}, {}, "k_quant_type"),
