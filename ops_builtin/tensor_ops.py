@@ -926,14 +926,14 @@ def _pad_shape(ctx):
     for a, (d, (b, e)) in enumerate(zip(shape, widths)):
         n = d + b + e
         require(ctx, n, ">=", 0, f"pads ({b}, {e}) on axis {a} leave a negative size {n}", "PadNegativeResult")
+        # (what is left of the axis after negative pads crop it is what the border copies)
+        inner = d + min(b, 0) + min(e, 0)
+        cropped = "" if b >= 0 and e >= 0 else f" (size {d} cropped by the negative pad to {inner})"
         if mode != "constant" and (b > 0 or e > 0):
-            # (what is left of the axis after negative pads crop it is what the border copies)
-            cropped = "" if b >= 0 and e >= 0 else f" (size {d} cropped by the negative pad)"
-            require(ctx, d + min(b, 0) + min(e, 0), ">", 0, f"mode '{mode}' cannot pad the empty axis {a}{cropped}",
-                    "PadEmptyAxis")
-        if mode == "reflect" and not all(ctx.assume(d, ">", p) for p in (b, e) if p > 0):
-            ctx.fail(f"mode 'reflect' needs pads smaller than the dim: pads ({b}, {e}) on axis {a} of size {d}",
-                     kind="PadReflectTooLarge")
+            require(ctx, inner, ">", 0, f"mode '{mode}' cannot pad the empty axis {a}{cropped}", "PadEmptyAxis")
+        if mode == "reflect" and not all(ctx.assume(inner, ">", p) for p in (b, e) if p > 0):
+            ctx.fail(f"mode 'reflect' needs pads smaller than the dim: pads ({b}, {e}) on axis {a} of size {d}"
+                     f"{cropped}", kind="PadReflectTooLarge")
         out.append(n)
     return [tuple(out)]
 

@@ -91,7 +91,9 @@ def _short_window_axis(ex) -> bool:
     n = len(kernel)
     pads = ex.attrs.get("pads", [0] * 2 * n)
     dil = ex.attrs.get("dilations", [1] * n)
-    return ex.attrs.get("auto_pad", "NOTSET") == "NOTSET" and any(
+    if ex.attrs.get("auto_pad", "NOTSET") == "VALID":
+        pads = [0] * 2 * n
+    return ex.attrs.get("auto_pad", "NOTSET") in ("NOTSET", "VALID") and any(
         x[2 + i] + pads[i] + pads[n + i] < (kernel[i] - 1) * dil[i] + 1 for i in range(n))
 
 
@@ -118,7 +120,7 @@ DEVIATIONS = [
               lambda ex, p: "slope has rank" in p or "slope must be unidirectionally broadcastable" in p,
               "onnxruntime broadcasts the slope and X both ways; the spec: slope unidirectionally to X"),
     Deviation("window-count-truncated", frozenset({"Conv", "ConvInteger", "QLinearConv", "MaxPool", "AveragePool",
-                                                   "LpPool"}),
+                                                   "LpPool"}),  # (explicit pads, or VALID: ceil((in - k + 1) / s))
               lambda ex, p: _short_window_axis(ex),
               "where the padded input is shorter than the kernel extent, the spec counts floor(span / stride) "
               "+ 1 windows (onnx.reference too) and onnxruntime 1 + trunc(span / stride): one window more "
@@ -202,6 +204,15 @@ DEVIATIONS = [
               lambda ex, p: "entries past the axis may only be false" in p,
               "a condition longer than the axis with a true entry past it: the spec lets the condition be "
               "shorter only, onnx.reference refuses the true entry; onnxruntime ignores entries past the axis"),
+    Deviation("reduce-duplicate-axes", frozenset({"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
+                                                  "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
+                                                  "ReduceSumSquare"}),
+              lambda ex, p: "contain duplicates" in p,
+              "a repeated axis is undefined by the spec; onnx.reference raises, onnxruntime reduces the axis once; "
+              "dynashape raises (the graph fuzzer's key too)"),
+    Deviation("pad-wrap-empty-input", frozenset({"Pad"}), lambda ex, p: "Unexpected mode of 3" in p,
+              "wrap on an empty input with nothing to add: the empty result here; onnxruntime's kernel has no "
+              "path for it"),
     Deviation("squeeze-duplicate-axes", frozenset({"Squeeze"}), lambda ex, p: "contain duplicates" in p,
               "the spec is silent on a repeated axis; dynashape refuses it as for Unsqueeze and the reductions "
               "(onnx.reference does from Squeeze-13), onnxruntime squeezes the axis once"),

@@ -149,3 +149,15 @@ def test_gather_checks_its_indices_where_the_output_is_empty():
     assert y.shape == (0,)
     np.testing.assert_array_equal(sess.run(None, {"in0": np.arange(6, dtype=np.float32).reshape(2, 3),
                                                   "in1": np.asarray(-1)})[0], [2, 5])
+
+
+def test_pad_reflect_measures_its_pads_against_the_cropped_axis():
+    """Reflect pads must be smaller than the axis they reflect: the axis after negative pads
+    crop it (3 cropped to 2 cannot take a reflect pad of 2, as onnxruntime says); the rule
+    compared them with the uncropped length and numpy's pad reflected past the data."""
+    with pytest.raises(dynashape.ShapeInferenceError, match="cropped by the negative pad to 2") as err:
+        run_node("Pad", [np.ones((3, 1), np.float32), np.array([2, 0, -1, 0])], {"mode": "reflect"}, opset=11)
+    assert err.value.kind == "PadReflectTooLarge"
+    (y,) = run_node("Pad", [np.arange(3, dtype=np.float32).reshape(3, 1), np.array([1, 0, -1, 0])],
+                    {"mode": "reflect"}, opset=11)
+    np.testing.assert_array_equal(y.ravel(), [1, 0, 1])      # [0, 1] after the crop, reflected by 1
