@@ -27,6 +27,7 @@ from .inference import fold_constants
 from .limits import resolve_memory_limit
 from .model import FIXED, SYMBOLIC, Graph, Model, ModelMetadata, ValueInfo, load_model, model_metadata
 from . import compiled as compiled_models
+from . import gcpause
 from .compiled import CompiledModel
 from .optimize import optimize_graph
 from .options import RunOptions, SessionOptions, resolve_providers, session_settings, warn_once
@@ -256,6 +257,7 @@ class InferenceSession:
         TypeError: an unknown keyword argument.
     """
 
+    @gcpause.paused     # (a compile's allocations live on: collections would free nothing, gcpause.py)
     def __init__(self, path_or_bytes: Any, sess_options: Optional[SessionOptions] = None, providers: Any = None,
                  provider_options: Any = None, *, allocator: Optional[str] = None, plan_cache_size: int = 8,
                  validate_memory: Optional[bool] = None, strict_dim_params: bool = False,

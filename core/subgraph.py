@@ -16,6 +16,7 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 
 from .dtypes import type_key
+from . import gcpause
 from .engine import Engine
 from .graph import prepare_graph
 from .inference import fold_constants
@@ -83,6 +84,7 @@ class SubgraphRunner:
             self._compile()
         return self._rewrites
 
+    @gcpause.paused     # (the body's compile, as a session's: gcpause.py)
     def _compile(self) -> Engine:
         with self._lock:
             if self._engine is not None:

@@ -1,0 +1,86 @@
+"""The cyclic garbage collector is held off while a model or a subgraph body compiles
+(dynashape.gcpause), and comes back as it was."""
+from __future__ import annotations
+
+import gc
+import threading
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import dynashape
+from dynashape import gcpause
+
+
+@pytest.fixture
+def collector_on():
+    was = gc.isenabled()
+    gc.enable()
+    yield
+    (gc.enable if was else gc.disable)()
+
+
+def test_pausing_nests_and_restores_the_collector(collector_on):
+    with gcpause.pausing():
+        assert not gc.isenabled()
+        with gcpause.pausing():
+            assert not gc.isenabled()
+        assert not gc.isenabled()          # the outer pause still holds
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError, match="inside"):
+        with gcpause.pausing():
+            raise RuntimeError("inside")
+    assert gc.isenabled()                  # restored after an exception too
+
+
+def test_a_collector_the_application_disabled_stays_disabled(collector_on):
+    gc.disable()
+    with gcpause.pausing():
+        assert not gc.isenabled()
+    assert not gc.isenabled()
+
+
+def test_concurrent_pauses_end_with_the_last(collector_on):
+    inside, release = threading.Event(), threading.Event()
+
+    def compile_in_thread():
+        with gcpause.pausing():
+            inside.set()
+            release.wait(5)
+    t = threading.Thread(target=compile_in_thread)
+    t.start()
+    inside.wait(5)
+    with gcpause.pausing():
+        pass
+    assert not gc.isenabled()              # the thread's pause is still on
+    release.set()
+    t.join(5)
+    assert gc.isenabled()
+
+
+def test_a_session_and_a_subgraph_body_compile_with_the_collector_off(collector_on, monkeypatch):
+    from dynashape import session as session_module
+    from dynashape import subgraph as subgraph_module
+    seen = []
+
+    def recording(prepare):
+        def prepare_graph(*args, **kwargs):
+            seen.append(gc.isenabled())
+            return prepare(*args, **kwargs)
+        return prepare_graph
+    monkeypatch.setattr(session_module, "prepare_graph", recording(session_module.prepare_graph))
+    monkeypatch.setattr(subgraph_module, "prepare_graph", recording(subgraph_module.prepare_graph))
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])
+    c = helper.make_tensor_value_info("c", TensorProto.BOOL, [])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])
+    branch = helper.make_graph([helper.make_node("Neg", ["x"], ["b"])], "b", [],
+                               [helper.make_tensor_value_info("b", TensorProto.FLOAT, ["n"])])
+    node = helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=branch)
+    model = helper.make_model(helper.make_graph([node], "g", [x, c], [y]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    sess = dynashape.InferenceSession(model.SerializeToString())
+    (out,) = sess.run(None, {"x": np.array([1.0, -2.0], np.float32), "c": np.array(True)})
+    np.testing.assert_array_equal(out, [-1.0, 2.0])
+    assert seen and not any(seen), seen    # the main graph's and the branch's prepare ran paused
+    assert len(seen) >= 2 and gc.isenabled()
