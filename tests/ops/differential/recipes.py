@@ -524,7 +524,8 @@ def _topk(d, opset):
 
 
 @recipe("CumSum", min_opset=11)
-def _cumsum(d, opset):
+@recipe("CumProd", min_opset=26)
+def _cumulative(d, opset):
     s = shape(d, 1, 3)
     return Example([floats(d, s), scalar(axis(d, len(s)), np.int64)],
                    {"exclusive": one_of(d, [0, 1]), "reverse": one_of(d, [0, 1])}, constant=_fed_or_constant(d, 1))
@@ -824,61 +825,7 @@ def _window(d, opset):
                    constant=_fed_or_constant(d, 0))
 
 
-# -- ops without a recipe ------------------------------------------------------------------------
-
-NOT_DRAWN = {
-    "": {
-        **{op: "control flow: its body graphs are not drawn (tests/ops/test_control_flow.py)"
-           for op in ("If", "Loop", "Scan")},
-        **{op: "sequences and optionals: no tensor inputs to draw (tests/ops/test_sequence.py)"
-           for op in ("ConcatFromSequence", "SequenceAt", "SequenceConstruct", "SequenceEmpty", "SequenceErase",
-                      "SequenceInsert", "SequenceLength", "SequenceMap", "SplitToSequence", "Optional",
-                      "OptionalGetElement", "OptionalHasElement")},
-        **{op: "strings (tests/ops/test_text.py)"
-           for op in ("RegexFullMatch", "StringConcat", "StringNormalizer", "StringSplit", "TfIdfVectorizer")},
-        "Constant": "no inputs; its value is an attribute (tests/ops/test_tensor_ops.py)",
-        **{op: "no recipe yet: attention and recurrent-state ops (several coupled shapes and caches) are "
-               "compared with onnxruntime in tests/ops/test_attention.py and tests/ops/test_rnn.py"
-           for op in ("Attention", "RotaryEmbedding", "LinearAttention", "CausalConvWithState")},
-        "DeformConv": "no recipe yet: offsets and masks per kernel tap (tests/ops/test_nn.py)",
-        "ImageDecoder": "encoded image bytes (tests/ops/test_image.py)",
-        "Multinomial": "random draws of data-dependent classes (tests/ops/test_random.py)",
-    },
-    "ai.onnx.ml": {
-        "LabelEncoder": "no recipe yet: keys and values as typed attribute lists (tests/ops/test_ml.py)",
-        "TreeEnsemble": "no recipe yet: a tree's nodes as attribute lists (tests/ops/test_ml.py)",
-    },
-    "ai.onnx.preview": {"FlexAttention": "no recipe yet: a score-modifying subgraph (tests/ops/test_attention.py)"},
-    "ai.onnx.preview.training": {
-        op: "training updates (tests/ops/test_training.py); onnxruntime's inference build has no kernel"
-        for op in ("Adagrad", "Adam", "Momentum")},
-    "com.microsoft": {
-        **{op: "no recipe yet: attention ops with packed or cached layouts (plugins_example/tests/test_mha.py)"
-           for op in ("Attention", "MultiHeadAttention", "GroupQueryAttention", "RotaryEmbedding")},
-        "EmbedLayerNormalization": "no recipe yet: embeddings, segment ids and a mask together "
-                                   "(plugins_example/tests/test_norms_activations.py)",
-        "MatMulNBits": "no recipe yet: block-quantized weights with their attributes "
-                       "(plugins_example/tests/test_quantization.py)",
-    },
-    "dynashape": {
-        op: "dynashape's own rewrite product, never in a model given to a session; every suite runs with the "
-            "rewrites on and off (.ci/run) and tests/rewrites compares the two"
-        for op in ("FusedAttention", "FusedConv", "FusedMatMul", "NhwcAveragePool", "NhwcConv", "NhwcMaxPool")},
-}
-
-
-def not_drawn_reason(domain: str, op: str) -> str:
-    return NOT_DRAWN.get(domain, {}).get(op, "")
-
-
 # -- more tensor ops -----------------------------------------------------------------------------
-
-@recipe("CumProd", min_opset=26)
-def _cumprod(d, opset):
-    s = shape(d, 1, 3)
-    return Example([floats(d, s), scalar(axis(d, len(s)), np.int64)],
-                   {"exclusive": one_of(d, [0, 1]), "reverse": one_of(d, [0, 1])}, constant=_fed_or_constant(d, 1))
-
 
 @recipe("CenterCropPad", min_opset=18)
 def _center_crop_pad(d, opset):
@@ -1044,30 +991,22 @@ def _mel(d, opset):
                     scalar(8000, np.int64), scalar(0.0, FLOAT), scalar(4000.0, FLOAT)], constant=(0, 1, 2, 3, 4))
 
 
-@recipe("NegativeLogLikelihoodLoss", min_opset=13)
-def _nll(d, opset):
-    n, c = dim(d, 1, 3), dim(d, 1, 4)
-    extra = shape(d, 0, 1, 1)
-    inputs = [floats(d, (n, c) + extra), ints(d, (n,) + extra, 0, c - 1)]
-    if maybe(d):
-        inputs.append(positive(d, (c,)))
-    attrs = {"reduction": one_of(d, ["none", "sum", "mean"])}
-    if d.draw(st.booleans()):
-        attrs["ignore_index"] = 0
-    return Example(inputs, attrs)
+def _loss(n_outputs: bool):
+    def draw(d, opset):
+        n, c = dim(d, 1, 3), dim(d, 1, 4)
+        extra = shape(d, 0, 1, 1)
+        inputs = [floats(d, (n, c) + extra), ints(d, (n,) + extra, 0, c - 1)]
+        if maybe(d):
+            inputs.append(positive(d, (c,)))
+        attrs = {"reduction": one_of(d, ["none", "sum", "mean"])}
+        if d.draw(st.booleans()):
+            attrs["ignore_index"] = 0
+        return Example(inputs, attrs, n_outputs=one_of(d, [1, 2]) if n_outputs else 1)
+    return draw
 
 
-@recipe("SoftmaxCrossEntropyLoss", min_opset=13)
-def _sce(d, opset):
-    n, c = dim(d, 1, 3), dim(d, 1, 4)
-    extra = shape(d, 0, 1, 1)
-    inputs = [floats(d, (n, c) + extra), ints(d, (n,) + extra, 0, c - 1)]
-    if maybe(d):
-        inputs.append(positive(d, (c,)))
-    attrs = {"reduction": one_of(d, ["none", "sum", "mean"])}
-    if d.draw(st.booleans()):
-        attrs["ignore_index"] = 0
-    return Example(inputs, attrs, n_outputs=one_of(d, [1, 2]))
+recipe("NegativeLogLikelihoodLoss", min_opset=13)(_loss(False))
+recipe("SoftmaxCrossEntropyLoss", min_opset=13)(_loss(True))   # (its log_prob output too)
 
 
 @recipe("QLinearMatMul", min_opset=10)
@@ -1221,3 +1160,50 @@ def _qlinear_gap(d, opset):
     s = (dim(d, 1, 2), dim(d, 1, 3), dim(d, 1, 4), dim(d, 1, 4))
     return Example([_q(d, s), scalar(0.05, FLOAT), scalar(100, np.uint8), scalar(0.05, FLOAT), scalar(90, np.uint8)],
                    {"channels_last": 0}, constant=(1, 2, 3, 4))
+
+
+# -- ops without a recipe ------------------------------------------------------------------------
+
+NOT_DRAWN = {
+    "": {
+        **{op: "control flow: its body graphs are not drawn (tests/ops/test_control_flow.py)"
+           for op in ("If", "Loop", "Scan")},
+        **{op: "sequences and optionals: no tensor inputs to draw (tests/ops/test_sequence.py)"
+           for op in ("ConcatFromSequence", "SequenceAt", "SequenceConstruct", "SequenceEmpty", "SequenceErase",
+                      "SequenceInsert", "SequenceLength", "SequenceMap", "SplitToSequence", "Optional",
+                      "OptionalGetElement", "OptionalHasElement")},
+        **{op: "strings (tests/ops/test_text.py)"
+           for op in ("RegexFullMatch", "StringConcat", "StringNormalizer", "StringSplit", "TfIdfVectorizer")},
+        "Constant": "no inputs; its value is an attribute (tests/ops/test_tensor_ops.py)",
+        **{op: "no recipe yet: attention and recurrent-state ops (several coupled shapes and caches) are "
+               "compared with onnxruntime in tests/ops/test_attention.py and tests/ops/test_rnn.py"
+           for op in ("Attention", "RotaryEmbedding", "LinearAttention", "CausalConvWithState")},
+        "DeformConv": "no recipe yet: offsets and masks per kernel tap (tests/ops/test_nn.py)",
+        "ImageDecoder": "encoded image bytes (tests/ops/test_image.py)",
+        "Multinomial": "random draws of data-dependent classes (tests/ops/test_random.py)",
+    },
+    "ai.onnx.ml": {
+        "LabelEncoder": "no recipe yet: keys and values as typed attribute lists (tests/ops/test_ml.py)",
+        "TreeEnsemble": "no recipe yet: a tree's nodes as attribute lists (tests/ops/test_ml.py)",
+    },
+    "ai.onnx.preview": {"FlexAttention": "no recipe yet: a score-modifying subgraph (tests/ops/test_attention.py)"},
+    "ai.onnx.preview.training": {
+        op: "training updates (tests/ops/test_training.py); onnxruntime's inference build has no kernel"
+        for op in ("Adagrad", "Adam", "Momentum")},
+    "com.microsoft": {
+        **{op: "no recipe yet: attention ops with packed or cached layouts (plugins_example/tests/test_mha.py)"
+           for op in ("Attention", "MultiHeadAttention", "GroupQueryAttention", "RotaryEmbedding")},
+        "EmbedLayerNormalization": "no recipe yet: embeddings, segment ids and a mask together "
+                                   "(plugins_example/tests/test_norms_activations.py)",
+        "MatMulNBits": "no recipe yet: block-quantized weights with their attributes "
+                       "(plugins_example/tests/test_quantization.py)",
+    },
+    "dynashape": {
+        op: "dynashape's own rewrite product, never in a model given to a session; every suite runs with the "
+            "rewrites on and off (.ci/run) and tests/rewrites compares the two"
+        for op in ("FusedAttention", "FusedConv", "FusedMatMul", "NhwcAveragePool", "NhwcConv", "NhwcMaxPool")},
+}
+
+
+def not_drawn_reason(domain: str, op: str) -> str:
+    return NOT_DRAWN.get(domain, {}).get(op, "")
