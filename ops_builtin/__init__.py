@@ -3,7 +3,7 @@
 One module per op family (``shape_ops``, ``tensor_ops``, ``elementwise``, ``activations``,
 ``reduction``, ``linalg``, ``nn``, ``resize``, ``rnn``, ``control_flow``, ``quantization``,
 ``attention``, ``normalization``, ``loss``, ``detection``, ``image``, ``sequence``,
-``signal``, ``text``, ``ml``, ``training``, ``random``), the fused ops the rewrites make
+``signal``, ``text``, ``ml``, ``ml_linear``, ``training``, ``random``), the fused ops the rewrites make
 (``fusions``) and the graph rewrites (``rewrites``); each holds an
 :class:`~dynashape.records.OpLibrary` named ``lib``. Find an op by its ONNX name there.
 
@@ -19,7 +19,7 @@ from dynashape.hookspecs import hookimpl
 
 FAMILIES = ("shape_ops", "tensor_ops", "elementwise", "activations", "reduction", "linalg",
             "nn", "resize", "rnn", "control_flow", "quantization", "attention", "normalization", "loss",
-            "detection", "image", "sequence", "signal", "text", "ml", "training", "random",
+            "detection", "image", "sequence", "signal", "text", "ml", "ml_linear", "training", "random",
             "fusions", "rewrites")
 #: the command that regenerates :mod:`.index`
 INDEX_COMMAND = "python -m dynashape.ops_builtin"

@@ -247,6 +247,12 @@ INDEX = {
         ('ai.onnx.ml', 'LabelEncoder'),
         ('ai.onnx.ml', 'TreeEnsemble'),
     )),
+    'dynashape.ops_builtin.ml_linear': (False, (
+        ('ai.onnx.ml', 'Imputer'),
+        ('ai.onnx.ml', 'LinearRegressor'),
+        ('ai.onnx.ml', 'Normalizer'),
+        ('ai.onnx.ml', 'Scaler'),
+    )),
     'dynashape.ops_builtin.training': (False, (
         ('ai.onnx.preview.training', 'Adagrad'),
         ('ai.onnx.preview.training', 'Adam'),

@@ -187,7 +187,8 @@ def _label_encoder(inputs, outputs, table):
 _MODES = ("BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT", "BRANCH_EQ", "BRANCH_NEQ", "BRANCH_MEMBER")
 _MEMBER = 6
 _AGGREGATES = ("AVERAGE", "SUM", "MIN", "MAX")
-_POST = ("NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT")
+#: post_transform's values, by their int code (TreeEnsemble-5) or name (the ml ops of opset 1-3)
+POST_TRANSFORMS = ("NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT")
 _COMPARE = {0: np.less_equal, 1: np.less, 2: np.greater_equal, 3: np.greater, 4: np.equal, 5: np.not_equal}
 
 
@@ -241,8 +242,8 @@ def _forest(ctx) -> _Forest:
     if not 0 <= aggregate < len(_AGGREGATES):
         ctx.fail(f"aggregate_function {aggregate} is not one of 0..3 ({', '.join(_AGGREGATES)})",
                  kind="InvalidAttribute")
-    if not 0 <= post < len(_POST):
-        ctx.fail(f"post_transform {post} is not one of 0..4 ({', '.join(_POST)})", kind="InvalidAttribute")
+    if not 0 <= post < len(POST_TRANSFORMS):
+        ctx.fail(f"post_transform {post} is not one of 0..4 ({', '.join(POST_TRANSFORMS)})", kind="InvalidAttribute")
     if modes.size and (modes.min() < 0 or modes.max() > _MEMBER):
         ctx.fail(f"nodes_modes must be in 0..6 ({', '.join(_MODES)})", kind="InvalidAttribute")
     if targets.size and (targets.min() < 0 or targets.max() >= n_targets):
@@ -351,7 +352,8 @@ def _erfinv(y: np.ndarray) -> np.ndarray:
     return sgn * np.sqrt(np.sqrt(a * a - log / 0.147) - a)
 
 
-def _post_transform(scores: np.ndarray, post: int) -> np.ndarray:
+def post_transform(scores: np.ndarray, post: int) -> np.ndarray:
+    """``scores`` (N, targets) after the post_transform of code ``post`` (POST_TRANSFORMS)."""
     if post == 1:        # SOFTMAX
         e = np.exp(scores - scores.max(axis=1, keepdims=True))
         return e / e.sum(axis=1, keepdims=True)
@@ -393,7 +395,7 @@ def _tree_ensemble(inputs, outputs, forest):
         scores = np.full(size, fill)
         (np.minimum if forest.aggregate == 2 else np.maximum).at(scores, flat, weights)
         scores[np.isinf(scores) & (scores == fill)] = 0.0
-    scores = _post_transform(scores.reshape(n, forest.n_targets), forest.post)
+    scores = post_transform(scores.reshape(n, forest.n_targets), forest.post)
     if outputs[0] is None:
         return [scores.astype(inputs[0].dtype)]
     np.copyto(outputs[0], scores, casting="unsafe")

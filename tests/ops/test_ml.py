@@ -1,5 +1,5 @@
-"""Tests of the ai.onnx.ml family (ops_builtin/ml.py): LabelEncoder, TreeEnsemble,
-ArrayFeatureExtractor, Binarizer.
+"""Tests of the ai.onnx.ml family (ops_builtin/ml.py, ml_linear.py): LabelEncoder, TreeEnsemble,
+ArrayFeatureExtractor, Binarizer, Scaler, Normalizer, Imputer, LinearRegressor.
 
 Values are compared with onnxruntime on one session through changing symbolic shapes (both
 allocators), or with hand-computed values where onnxruntime departs from the spec
@@ -46,7 +46,8 @@ def tensor(name, values, elem):
     return helper.make_tensor(name, elem, [len(values)], values)
 
 
-@pytest.mark.parametrize("op", ["LabelEncoder", "TreeEnsemble", "ArrayFeatureExtractor", "Binarizer"])
+@pytest.mark.parametrize("op", ["LabelEncoder", "TreeEnsemble", "ArrayFeatureExtractor", "Binarizer", "Scaler",
+                                "Normalizer", "Imputer", "LinearRegressor"])
 def test_every_spec_version_registered(op):
     want = sorted({s.since_version for s in onnx.defs.get_all_schemas_with_history()
                    if s.name == op and s.domain == ML})
@@ -269,3 +270,72 @@ def test_binarizer_matches_ort():
         assert y.dtype == dt and y.tolist() == [[0, 0, 0], [1, 1, 1]]
     with pytest.raises(dynashape.ShapeInferenceError, match="X has dtype bool"):
         ml("Binarizer", [np.zeros(2, bool)], {}, 1)
+
+
+# Scaler, Normalizer, Imputer, LinearRegressor (ml_linear.py) -----------------------------
+
+X3 = np.array([[1.0, -4.0, 2.0], [0.0, 0.0, 0.0], [3.0, 1.0, -1.0]], np.float32)
+
+
+def _batches(x):
+    """The same session at batch 3, 1, 0 and 5 (symbolic N)."""
+    return [{"x": x}, {"x": x[:1]}, {"x": x[:0]}, {"x": np.concatenate([x, x[:2]])}]
+
+
+def test_scaler_is_offset_then_scale_per_feature():
+    m = model("Scaler", [("x", F32, ["N", 3])], {"offset": [1.0, 0.0, -2.0], "scale": [2.0, 0.5, 1.0]}, 1,
+              [("y", F32)])
+    runs_match(m, _batches(X3))
+    (y,) = ml("Scaler", [X3[:1]], {"offset": [1.0, 0.0, -2.0], "scale": [2.0, 0.5, 1.0]}, 1)
+    np.testing.assert_allclose(y, [[0.0, -2.0, 4.0]])
+    (y,) = ml("Scaler", [np.array([[2, 3]], np.int64)], {"offset": [1.0], "scale": [2.0, 3.0]}, 1)
+    assert y.dtype == np.float32 and y.tolist() == [[2.0, 6.0]]      # one offset, one scale per feature
+
+
+def test_normalizer_divides_each_row_by_its_norm():
+    for norm, want in (("MAX", [0.5, -2.0, 1.0]), ("L1", [1 / 7, -4 / 7, 2 / 7]),
+                       ("L2", [1 / 21 ** 0.5, -4 / 21 ** 0.5, 2 / 21 ** 0.5])):
+        m = model("Normalizer", [("x", F32, ["N", 3])], {"norm": norm}, 1, [("y", F32)])
+        runs_match(m, _batches(X3))
+        (y,) = ml("Normalizer", [X3], {"norm": norm}, 1)
+        np.testing.assert_allclose(y[0], want, rtol=1e-6)
+        assert y[1].tolist() == [0.0, 0.0, 0.0]                          # a zero norm leaves the row
+    (y,) = ml("Normalizer", [np.array([[0.0, -2.0]], np.float32)], {"norm": "MAX"}, 1)
+    assert y.tolist() == [[0.0, -2.0]]                                   # max 0: left as it is (onnxruntime)
+    with pytest.raises(dynashape.ShapeInferenceError, match="norm 'L3' is not one of") as info:
+        ml("Normalizer", [X3], {"norm": "L3"}, 1)
+    assert info.value.kind == "InvalidAttribute"
+
+
+def test_imputer_replaces_nan_or_a_value_per_feature():
+    x = np.array([[1.0, np.nan, 3.0], [np.nan, 5.0, 0.0]], np.float32)
+    m = model("Imputer", [("x", F32, ["N", 3])], {"imputed_value_floats": [9.0, 8.0, 7.0],
+                                                    "replaced_value_float": float("nan")}, 1, [("y", F32)])
+    runs_match(m, _batches(x))
+    (y,) = ml("Imputer", [x], {"imputed_value_floats": [9.0, 8.0, 7.0], "replaced_value_float": float("nan")}, 1)
+    assert y.tolist() == [[1.0, 8.0, 3.0], [9.0, 5.0, 0.0]]
+    (y,) = ml("Imputer", [np.array([[1, -1], [-1, 2]], np.int64)], {"imputed_value_int64s": [5, 6],
+                                                                    "replaced_value_int64": -1}, 1)
+    assert y.dtype == np.int64 and y.tolist() == [[1, 6], [5, 2]]
+    sess = dynashape.InferenceSession(model("Imputer", [("x", F32, ["N", "C"])], {"imputed_value_floats": [1.0, 2.0]},
+                                            1, [("y", F32)]))
+    with pytest.raises(dynashape.ShapeInferenceError, match="has 2 values, X has 3 features") as info:
+        sess.run(None, {"x": np.zeros((1, 3), np.float32)})              # a symbolic C: guarded
+    assert info.value.kind == "FeatureCountMismatch"
+    assert sess.run(None, {"x": np.zeros((1, 2), np.float32)})[0].tolist() == [[1.0, 2.0]]
+
+
+def test_linear_regressor_is_x_times_the_coefficients_plus_intercepts():
+    attrs = {"coefficients": [1.0, 2.0, 3.0, 0.0, 1.0, 0.0], "intercepts": [0.5, 1.0], "targets": 2}
+    m = model("LinearRegressor", [("x", F32, ["N", 3])], attrs, 1, [("y", F32)])
+    runs_match(m, _batches(X3))
+    (y,) = ml("LinearRegressor", [X3], attrs, 1)
+    np.testing.assert_allclose(y, [[1 - 8 + 6 + 0.5, -4 + 1.0], [0.5, 1.0], [3 + 2 - 3 + 0.5, 1 + 1.0]])
+    (y,) = ml("LinearRegressor", [X3[0]], attrs, 1)                       # one sample, [1, targets]
+    assert y.shape == (1, 2)
+    soft = dict(attrs, post_transform="SOFTMAX")
+    runs_match(model("LinearRegressor", [("x", F32, ["N", 3])], soft, 1, [("y", F32)]), _batches(X3))
+    sess = dynashape.InferenceSession(model("LinearRegressor", [("x", F32, ["N", "C"])], attrs, 1, [("y", F32)]))
+    with pytest.raises(dynashape.ShapeInferenceError, match="coefficients has 6 values, X has 2 features") as info:
+        sess.run(None, {"x": np.zeros((1, 2), np.float32)})
+    assert info.value.kind == "FeatureCountMismatch"

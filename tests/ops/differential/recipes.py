@@ -1075,6 +1075,58 @@ def _array_feature_extractor(d, opset):
     return Example([floats(d, s), ints(d, (dim(d, 1, 3),), 0, s[-1] - 1 if d.draw(st.integers(0, 9)) else s[-1])])
 
 
+def _ml_features(d) -> tuple:
+    """An [N, C] (or now and then [C]) shape of the ml ops' inputs."""
+    return (dim(d), dim(d, 1)) if maybe(d, 4) else (dim(d, 1),)
+
+
+def _per_feature_values(d, c: int, values) -> list:
+    n = one_of(d, [1, c, c, c + 1]) if c else 1
+    return [one_of(d, values) for _ in range(n)]
+
+
+@recipe("Scaler", domain="ai.onnx.ml", min_opset=1)
+def _scaler(d, opset):
+    s = _ml_features(d)
+    x = floats(d, s) if maybe(d, 4) else ints(d, s, -5, 5)
+    return Example([x], {"offset": _per_feature_values(d, s[-1], [0.0, 1.5, -2.0]),
+                         "scale": _per_feature_values(d, s[-1], [1.0, 0.5, 3.0])})
+
+
+@recipe("Normalizer", domain="ai.onnx.ml", min_opset=1)
+def _normalizer(d, opset):
+    s = _ml_features(d)
+    x = floats(d, s) if maybe(d, 4) else ints(d, s, -3, 3)
+    return Example([x], {"norm": one_of(d, ["MAX", "L1", "L2"])})
+
+
+@recipe("LinearRegressor", domain="ai.onnx.ml", min_opset=1)
+def _linear_regressor(d, opset):
+    s = _ml_features(d)
+    targets = one_of(d, [1, 2, 3])
+    n = s[-1] * targets if d.draw(st.integers(0, 9)) else s[-1] * targets + 1
+    coef = rng(d).standard_normal(n).round(3).tolist()
+    attrs = {"coefficients": coef, "intercepts": rng(d).standard_normal(targets).round(3).tolist(),
+             "targets": targets}
+    if d.draw(st.booleans()):
+        attrs["post_transform"] = one_of(d, ["NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO"])
+    return Example([floats(d, s)], attrs)
+
+
+@recipe("Imputer", domain="ai.onnx.ml", min_opset=1)
+def _imputer(d, opset):
+    s = _ml_features(d)
+    if d.draw(st.booleans()):
+        x = ints(d, s, -1, 3)
+        return Example([x], {"imputed_value_int64s": [int(v) for v in _per_feature_values(d, s[-1], [7, 8, 9])],
+                             "replaced_value_int64": -1})
+    x = floats(d, s)
+    x[rng(d).random(s) < 0.3] = np.nan
+    replaced = one_of(d, [float("nan"), 0.0])
+    return Example([x], {"imputed_value_floats": _per_feature_values(d, s[-1], [7.0, 8.5, -1.0]),
+                         "replaced_value_float": replaced})
+
+
 # -- com.microsoft (the example plugin) -----------------------------------------------------------
 
 MS = "com.microsoft"

@@ -213,6 +213,18 @@ DEVIATIONS = [
     Deviation("pad-wrap-empty-input", frozenset({"Pad"}), lambda ex, p: "Unexpected mode of 3" in p,
               "wrap on an empty input with nothing to add: the empty result here; onnxruntime's kernel has no "
               "path for it"),
+    Deviation("scaler-attribute-lengths", frozenset({"Scaler"}), lambda ex, p: "scale_.size() == offset_.size()" in p,
+              "offset and scale are each one value or one per feature (the spec); onnxruntime wants them the "
+              "same length"),
+    Deviation("ml-attribute-counts", frozenset({"Imputer", "LinearRegressor"}),
+              lambda ex, p: ("X has" in p or "coefficients has" in p) and "accepts what dynashape" in p,
+              "imputed values (one, or one per feature) and coefficients (targets x features) must match X's "
+              "features; onnxruntime's Imputer takes any count, its LinearRegressor more coefficients (the rest "
+              "ignored), and neither checks a 1-D or an empty X"),
+    Deviation("regressor-one-target-transform", frozenset({"LinearRegressor"}),
+              lambda ex, p: ex.attrs.get("targets", 1) == 1 and ex.attrs.get("post_transform", "NONE") != "NONE"
+              and "values differ" in p,
+              "post_transform with one target: applied (the spec); onnxruntime returns the raw scores"),
     Deviation("squeeze-duplicate-axes", frozenset({"Squeeze"}), lambda ex, p: "contain duplicates" in p,
               "the spec is silent on a repeated axis; dynashape refuses it as for Unsqueeze and the reductions "
               "(onnx.reference does from Squeeze-13), onnxruntime squeezes the axis once"),
