@@ -124,7 +124,7 @@ def _imputation(ctx) -> _Imputation:
     _, c = _features(ctx)
     dt = np.dtype(ctx.dtype(0)) if ctx.dtype(0) is not None else _F32
     if dt.kind in "iu":
-        values = _per_feature(ctx, "imputed_value_int64s", ctx.attr("imputed_value_int64s"), c)
+        _per_feature(ctx, "imputed_value_int64s", ctx.attr("imputed_value_int64s"), c)     # (checked)
         return _Imputation(np.asarray(ctx.attr("imputed_value_int64s"), np.int64).astype(dt),
                            int(ctx.attr("replaced_value_int64", 0)), False)
     values = _per_feature(ctx, "imputed_value_floats", ctx.attr("imputed_value_floats"), c)
