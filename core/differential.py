@@ -160,7 +160,7 @@ def _per_node_outcome(op_type, inputs, attrs, opset, domain, n_outputs) -> tuple
 
 #: onnxruntime's load errors that say it has no kernel for the op or cannot read the opset
 _NOT_IMPLEMENTED = ("NOT_IMPLEMENTED", "No Op registered", "is not a registered function/op", "is under development",
-                    "Unsupported model IR version", "opset", "Opset")
+                    "Unsupported model IR version", "ValidateOpsetForDomain")
 
 
 def onnxruntime_reference(model: bytes, feeds: dict) -> Outcome:

@@ -610,7 +610,7 @@ def _gemm(d, opset):
     if maybe(d):
         inputs.append(floats(d, one_of(d, [(m, n), (n,), (1, n), (m, 1), (), (n + 1,)])))
     attrs = {"transA": ta, "transB": tb, "alpha": one_of(d, [1.0, 0.5]), "beta": one_of(d, [1.0, 2.0])}
-    return Example(inputs, attrs, constant=_fed_or_constant(d, 1, 2)[:len(inputs) - 1])
+    return Example(inputs, attrs, constant=_fed_or_constant(d, *range(1, len(inputs))))
 
 
 def _spatial(d, rank: int, kernel: tuple, conv: bool) -> dict:
@@ -639,7 +639,7 @@ def _conv(d, opset):
     w = (cout, cin // group) + kernel
     attrs = _spatial(d, rank, kernel, True) | {"group": group}
     inputs = [floats(d, x), floats(d, w)] + ([floats(d, (cout,))] if maybe(d) else [])
-    return Example(inputs, attrs, constant=_fed_or_constant(d, 1, 2)[:len(inputs) - 1])
+    return Example(inputs, attrs, constant=_fed_or_constant(d, *range(1, len(inputs))))
 
 
 @recipe("ConvTranspose", min_opset=11)
@@ -656,7 +656,7 @@ def _conv_transpose(d, opset):
     if d.draw(st.integers(0, 3)) == 0:
         attrs["output_padding"] = [one_of(d, [0, 1]) % s for s in strides]
     inputs = [floats(d, x), floats(d, (cin, cout) + kernel)] + ([floats(d, (cout * group,))] if maybe(d) else [])
-    return Example(inputs, attrs, constant=_fed_or_constant(d, 1, 2)[:len(inputs) - 1])
+    return Example(inputs, attrs, constant=_fed_or_constant(d, *range(1, len(inputs))))
 
 
 def _pool(op):
@@ -716,7 +716,7 @@ def _layernorm(d, opset):
     norm = s[ax:] if -len(s) <= ax < len(s) else (1,)
     scale = norm if d.draw(st.integers(0, 9)) else tuple(v + 1 for v in norm)
     inputs = [floats(d, s), floats(d, scale)] + ([floats(d, scale)] if maybe(d) else [])
-    return Example(inputs, {"axis": ax, "epsilon": 1e-3}, constant=_fed_or_constant(d, 1, 2)[:len(inputs) - 1],
+    return Example(inputs, {"axis": ax, "epsilon": 1e-3}, constant=_fed_or_constant(d, *range(1, len(inputs))),
                    n_outputs=1)
 
 
@@ -766,7 +766,7 @@ def _dropout(d, opset):
     inputs = [floats(d, shape(d, 0, 3))]
     if maybe(d):
         inputs.append(scalar(one_of(d, [0.0, 0.5]), FLOAT))
-    return Example(inputs, n_outputs=one_of(d, [1, 2]), constant=_fed_or_constant(d, 1)[:len(inputs) - 1])
+    return Example(inputs, n_outputs=one_of(d, [1, 2]), constant=_fed_or_constant(d, *range(1, len(inputs))))
 
 
 # -- quantization -------------------------------------------------------------------------------
@@ -926,7 +926,7 @@ def _nms(d, opset):
     if maybe(d):
         inputs += [int64([one_of(d, [0, 1, 3])]), np.asarray([one_of(d, [0.3, 0.5])], FLOAT),
                    np.asarray([one_of(d, [0.0, 0.2])], FLOAT)]
-    return Example(inputs, constant=_fed_or_constant(d, 2, 3, 4)[:max(0, len(inputs) - 2)])
+    return Example(inputs, constant=_fed_or_constant(d, *range(2, len(inputs))))
 
 
 @recipe("MaxUnpool", min_opset=9)
