@@ -203,12 +203,11 @@ def _fits(declared: list, actual: list) -> bool:
 
 
 def _same_values(a: np.ndarray, b: np.ndarray, rtol: float, atol: float) -> bool:
-    if a.shape != b.shape:
-        return False
-    if a.dtype.kind in "fc" or b.dtype.kind in "fc":
-        a64, b64 = a.astype(np.complex128 if a.dtype.kind == "c" else np.float64), b.astype(
-            np.complex128 if b.dtype.kind == "c" else np.float64)
-        return bool(np.allclose(a64, b64, rtol=rtol, atol=atol, equal_nan=True))
+    """Equal values of two arrays of one shape and dtype: floats within the tolerance (NaN
+    equal to NaN; low-precision types widened first), anything else exactly."""
+    if a.dtype.kind in "fc":
+        wide = np.complex128 if a.dtype.kind == "c" else np.float64
+        return bool(np.allclose(a.astype(wide), b.astype(wide), rtol=rtol, atol=atol, equal_nan=True))
     return bool(np.array_equal(a, b))
 
 

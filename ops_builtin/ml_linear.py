@@ -100,7 +100,7 @@ def _normalizer_shape(ctx):
 @lib.kernel("Normalizer", domain=DOMAIN, prepare=_norm)
 def _normalizer(inputs, outputs, norm: str):
     x = inputs[0].astype(_F32, copy=False)
-    rows = x.reshape(-1, x.shape[-1]) if x.ndim else x.reshape(1, 1)
+    rows = x.reshape(-1, x.shape[-1])      # (X is [N, C] or [C]: the rule takes no other rank)
     if norm == "MAX":
         scale = rows.max(axis=1, keepdims=True) if rows.shape[1] else np.zeros((rows.shape[0], 1), _F32)
     elif norm == "L1":
