@@ -558,23 +558,29 @@ def test_gqa_float16_matches_ort():
     assert_session_matches_ort(model, feeds, rtol=4e-3, atol=4e-3, valid=gqa_specified)
 
 
+def gqa_with_computed_total(model, nodes, inputs=()):
+    """``model`` (gqa_model's) with total_sequence_length computed by ``nodes`` (the last one
+    writes ``total``) from the graph's inputs and ``inputs`` instead of fed."""
+    graph = model.graph
+    gqa = graph.node[0]
+    gqa.input[6] = "total"
+    graph.input.extend(inputs)
+    del graph.input[6]
+    graph.node.extend(nodes)
+    del graph.node[0]
+    graph.node.append(gqa)
+    return model
+
+
 def test_gqa_present_length_is_symbolic_when_total_comes_from_shapes():
     """With total_sequence_length computed from shapes (past + seq) the present length is
     the symbol ``P + S`` at import (no data-dependent step)."""
-    model = gqa_model()
-    graph = model.graph
-    node = graph.node[0]
-    node.input[6] = "total_from_shapes"
-    graph.node.extend([
+    model = gqa_with_computed_total(gqa_model(), [
         helper.make_node("Shape", ["past_key"], ["pshape"], start=2, end=3),
         helper.make_node("Shape", ["query"], ["qshape"], start=1, end=2),
         helper.make_node("Add", ["pshape", "qshape"], ["total64"]),
         helper.make_node("Squeeze", ["total64"], ["total64s"]),
-        helper.make_node("Cast", ["total64s"], ["total_from_shapes"], to=TensorProto.INT32)])
-    gqa = graph.node[0]
-    del graph.node[0]
-    graph.node.append(gqa)
-    del graph.input[6]
+        helper.make_node("Cast", ["total64s"], ["total"], to=TensorProto.INT32)])
     sess = dynashape.InferenceSession(model)
     assert output_shapes(sess) == [["B", "S", GH * GHEAD]] + [["B", GKV, "P + S", GHEAD]] * 2
     rng = rng_for(30)
@@ -592,17 +598,11 @@ def test_gqa_total_from_another_symbol_is_guarded_exactly():
     for ints only (a symbolic T took max(T, P) unchecked); the guard (T - P - S) * (max(T, P) - P)
     == 0 is exact, so each kind of binding is planned from the symbols, the bad one refused by
     name, and the good ones match onnxruntime fed the same total."""
-    model = gqa_model(name="gqa_t")
-    graph = model.graph
-    graph.node[0].input[6] = "total_from_mask"
-    graph.input.append(helper.make_tensor_value_info("mask", TensorProto.FLOAT, ["B", "T"]))
-    graph.node.extend([helper.make_node("Shape", ["mask"], ["mshape"], start=1, end=2),
-                       helper.make_node("Squeeze", ["mshape"], ["t64"]),
-                       helper.make_node("Cast", ["t64"], ["total_from_mask"], to=TensorProto.INT32)])
-    gqa = graph.node[0]
-    del graph.node[0]
-    graph.node.append(gqa)
-    del graph.input[6]
+    model = gqa_with_computed_total(gqa_model(name="gqa_t"), [
+        helper.make_node("Shape", ["mask"], ["mshape"], start=1, end=2),
+        helper.make_node("Squeeze", ["mshape"], ["t64"]),
+        helper.make_node("Cast", ["t64"], ["total"], to=TensorProto.INT32)],
+        [helper.make_tensor_value_info("mask", TensorProto.FLOAT, ["B", "T"])])
     sess = dynashape.InferenceSession(model)
     ref = ort_session(gqa_model())
     g = GqaFeeds(rng_for(33))
