@@ -350,21 +350,23 @@ def _entry_points() -> list:
     root = cache_dir()
     path = None if root is None else root / f"entry-points-{sys.implementation.cache_tag}.json"
     cached = read_json(path)
-    if isinstance(cached, dict):
-        stamp = _still_valid(cached.get("sys_path"), entries)
-        if stamp is not None:
-            try:
-                found = [metadata.EntryPoint(name, value, ENTRY_POINT_GROUP) for name, value in cached["entry_points"]]
-            except (KeyError, TypeError, ValueError):
-                found = None
-            if found is not None:
-                if stamp != cached["sys_path"]:
-                    write_json(path, {"sys_path": stamp, "entry_points": cached["entry_points"]})
-                return found
+    stamp = _still_valid(cached.get("sys_path"), entries) if isinstance(cached, dict) else None
+    found = _cached_entry_points(cached) if stamp is not None else None
+    if found is not None:
+        if stamp != cached["sys_path"]:     # (a directory without metadata changed: its new time)
+            write_json(path, {"sys_path": stamp, "entry_points": cached["entry_points"]})
+        return found
     found = list(metadata.entry_points(group=ENTRY_POINT_GROUP))
     stamp = [[entry, _mtime(entry), _holds_metadata(entry)] for entry in entries]
     write_json(path, {"sys_path": stamp, "entry_points": [[ep.name, ep.value] for ep in found]})
     return found
+
+
+def _cached_entry_points(cached: dict) -> Optional[list]:
+    try:
+        return [metadata.EntryPoint(name, value, ENTRY_POINT_GROUP) for name, value in cached["entry_points"]]
+    except (KeyError, TypeError, ValueError):   # a cache of another form
+        return None
 
 
 #: the names importlib.metadata finds distributions by, in a sys.path directory
