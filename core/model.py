@@ -16,6 +16,7 @@ and the main graph's initializers are read-only views of the map (aligned data) 
 from __future__ import annotations
 
 import os
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterable, Optional, Union
 
@@ -32,7 +33,8 @@ from .validate import validate_model
 from .weights import (LITTLE_ENDIAN, Buffer, WireFormatError, array_from_region, map_file, plain_dtype,
                       release_pages, scan_model)
 
-__all__ = ["DimSpec", "ValueInfo", "Node", "Graph", "Model", "load_model", "FIXED", "SYMBOLIC", "UNKNOWN"]
+__all__ = ["DimSpec", "ValueInfo", "Node", "Graph", "Model", "load_model", "session_copy", "FIXED", "SYMBOLIC",
+           "UNKNOWN"]
 
 FIXED, SYMBOLIC, UNKNOWN = "fixed", "symbolic", "unknown"
 
@@ -337,6 +339,14 @@ def _graph(g: onnx_proto.GraphProto, arrays: Optional[list] = None) -> Graph:
         value_info={v.name: _value_info(v) for v in g.value_info},
         overridable=[_value_info(v) for v in g.input if v.name in inits],
     )
+
+
+def session_copy(model: Model) -> Model:
+    """``model`` with a main graph of its own to release initializers from (the arrays are
+    shared, read-only): a session made from a caller's Model leaves that Model whole."""
+    g = model.graph
+    graph = dataclasses.replace(g, initializers=dict(g.initializers), released=dict(g.released), origin=None)
+    return dataclasses.replace(model, graph=graph)
 
 
 def load_model(model: Union[str, os.PathLike, bytes, bytearray, memoryview, onnx_proto.ModelProto],

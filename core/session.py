@@ -25,7 +25,7 @@ from .executor import Arena, RunStats
 from .graph import PreparedGraph, as_graph, input_dims, prepare_graph, release_unread_constants
 from .inference import fold_constants
 from .limits import resolve_memory_limit
-from .model import FIXED, SYMBOLIC, Graph, Model, ModelMetadata, ValueInfo, load_model, model_metadata
+from .model import FIXED, SYMBOLIC, Graph, Model, ModelMetadata, ValueInfo, load_model, model_metadata, session_copy
 from . import compiled as compiled_models
 from . import gcpause
 from .compiled import CompiledModel
@@ -194,12 +194,13 @@ class InferenceSession:
 
     Args:
         path_or_bytes: a path, serialized bytes or an ``onnx.ModelProto`` (or a
-            :class:`~dynashape.model.Model` from ``load_model``, which the session takes
-            over). A path is memory-mapped and the weights are read-only views of the file
-            where their data is aligned, copies otherwise (:func:`dynashape.model.load_model`):
-            the file must not be rewritten in place while the session lives. Initializers
-            that no node reads after constant folding and the rewrites are released
-            (``session.model.graph.released`` keeps their shapes and dtypes); overridable
+            :class:`~dynashape.model.Model` from ``load_model``, which the session reads and
+            leaves whole: another session can be made from it). A path is memory-mapped and
+            the weights are read-only views of the file where their data is aligned, copies
+            otherwise (:func:`dynashape.model.load_model`): the file must not be rewritten in
+            place while the session lives. Initializers that no node reads after constant
+            folding and the rewrites are released (``session.model.graph.released`` keeps
+            their shapes and dtypes); overridable
             initializers stay, with what a run that overrides one compiles from.
         sess_options: a :class:`~dynashape.options.SessionOptions` (what each field does here
             is in :mod:`dynashape.options`).
@@ -279,7 +280,7 @@ class InferenceSession:
         self.memory_limit = resolve_memory_limit(memory_limit)
         self.external_data_dir = external_data_dir
         t_load = time.perf_counter()
-        self.model: Model = (path_or_bytes if isinstance(path_or_bytes, Model)
+        self.model: Model = (session_copy(path_or_bytes) if isinstance(path_or_bytes, Model)
                              else load_model(path_or_bytes, external_data_dir=external_data_dir))
         self.registry = get_registry()
         self.compiled_kernels = compiled_kernel_plugins(compiled_kernels)

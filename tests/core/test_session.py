@@ -209,3 +209,24 @@ def test_a_dim_value_of_minus_one_is_an_unknown_dim():
         x = np.linspace(-1, 1, batch * 3 * width, dtype=np.float32).reshape(batch, 3, width)
         (y,) = sess.run(None, {"x": x})
         np.testing.assert_array_equal(y, np.maximum(x, 0))
+
+
+def test_a_loaded_model_serves_two_sessions_with_the_same_values():
+    """A Model from load_model is left whole by a session (its initializers were released
+    once, and a second session then failed to find the folded weight)."""
+    from dynashape.model import load_model
+
+    w = np.arange(12, dtype=np.float32).reshape(3, 4)
+    x_info = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])
+    y_info = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])
+    g = helper.make_graph([helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]),
+                           helper.make_node("Transpose", ["wt"], ["w2"], perm=[1, 0]),
+                           helper.make_node("MatMul", ["x", "w2"], ["y"])],
+                          "g", [x_info], [y_info], [numpy_helper.from_array(w, "w")])
+    model = load_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    x = np.array([[1, 2, 3], [0, -1, 0.5]], dtype=np.float32)
+    want = np.array([[32, 38, 44, 50], [0, -0.5, -1, -1.5]], dtype=np.float32)
+    for _ in range(2):
+        (y,) = dynashape.InferenceSession(model).run(None, {"x": x})
+        np.testing.assert_allclose(y, want, rtol=1e-6)
+    np.testing.assert_array_equal(model.graph.initializers["w"], w)
