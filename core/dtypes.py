@@ -26,6 +26,7 @@ __all__ = [
     "ValueType",
     "SequenceType",
     "OptionalType",
+    "MapType",
     "is_container",
     "type_known",
     "value_type_of",
@@ -192,8 +193,27 @@ class OptionalType(ValueType):
         return f"OptionalType({self.elem!r})"
 
 
+@dataclass(frozen=True, repr=False)
+class MapType(ValueType):
+    """``map(key, value)``: ``key`` the numpy dtype of the keys (int64, or object for
+    strings), ``value`` the values' type (a numpy dtype: ``map(int64,tensor(float))``).
+    At run time a map is a Python dict of Python keys (int, str) and scalar values, as
+    onnxruntime returns it (ZipMap's ``seq(map)`` is a list of dicts)."""
+
+    key: Any = None
+    value: Any = None
+
+    @property
+    def elem(self) -> Any:
+        """The values' type (a map is known when its values are: :func:`type_known`)."""
+        return self.value
+
+    def __repr__(self) -> str:
+        return f"MapType({self.key!r}, {self.value!r})"
+
+
 def is_container(t: Any) -> bool:
-    """True for a sequence or optional type (a slot that never has a tensor shape)."""
+    """True for a sequence, optional or map type (a slot that never has a tensor shape)."""
     return isinstance(t, ValueType)
 
 
@@ -212,29 +232,47 @@ def value_type_of(value: Any) -> Any:
         return value.dtype
     if isinstance(value, list):
         return SequenceType(value_type_of(value[0]) if value else None)
+    if isinstance(value, dict):
+        return _map_type_of(value)
     if value is None:
         return None
     return np.asarray(value).dtype
 
 
+def _map_type_of(value: dict) -> MapType:
+    """A dict's map type, read from its first item (a string key: object)."""
+    if not value:
+        return MapType(None, None)
+    key, item = next(iter(value.items()))
+    return MapType(np.dtype(object) if isinstance(key, (str, bytes)) else np.asarray(key).dtype,
+                   np.dtype(object) if isinstance(item, (str, bytes)) else np.asarray(item).dtype)
+
+
 def type_key(value: Any) -> Any:
     """A hashable key of a run-time value's type for plan-cache keys (plain tuples and
     dtypes: compared in C): None for None, ``("seq", key of the first element)`` for a list
-    (``("seq", None)`` when empty), else the array's dtype."""
+    (``("seq", None)`` when empty), ``("map", its MapType)`` for a dict, else the array's
+    dtype."""
     if value is None:
         return None
     if type(value) is list:
         return ("seq", type_key(value[0]) if value else None)
+    if type(value) is dict:
+        return ("map", _map_type_of(value))
     return value.dtype if isinstance(value, np.ndarray) else np.asarray(value).dtype
 
 
 def value_type_string(t: Any) -> str:
     """ORT-style type string: ``tensor(float)``, ``seq(tensor(float))``,
-    ``optional(seq(tensor(int64)))``; an unknown element type is ``undefined``."""
+    ``optional(seq(tensor(int64)))``, ``seq(map(int64,tensor(float)))``; an unknown element
+    type is ``undefined``."""
     if isinstance(t, SequenceType):
         return f"seq({value_type_string(t.elem)})"
     if isinstance(t, OptionalType):
         return f"optional({value_type_string(t.elem)})"
+    if isinstance(t, MapType):     # (onnxruntime's spelling: no space, the key a bare element type)
+        key = "undefined" if t.key is None else value_type_string(t.key)[len("tensor("):-1]
+        return f"map({key},{value_type_string(t.value)})"
     if t is None:
         return "tensor(undefined)"
     try:
@@ -254,6 +292,8 @@ def merge_types(declared: Any, actual: Any) -> Any:
     if isinstance(declared, OptionalType):
         inner = actual.elem if isinstance(actual, OptionalType) else actual
         return OptionalType(merge_types(declared.elem, inner))
+    if isinstance(declared, MapType) and isinstance(actual, MapType):
+        return MapType(merge_types(declared.key, actual.key), merge_types(declared.value, actual.value))
     return declared
 
 

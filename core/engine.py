@@ -319,7 +319,7 @@ class Engine:
         """(rank or None, type or None) an open input takes from its value."""
         slot = self.pg.input_slots[pos]
         declared = self.input_dtypes.get(slot)
-        if isinstance(declared, ValueType) or type(value) is list or (value is None and shape is None):
+        if isinstance(declared, ValueType) or type(value) in (list, dict) or (value is None and shape is None):
             return None, merge_types(declared, value_type_of(value))
         rank = len(shape) if self.input_dims.get(slot) is None and shape is not None else None
         return rank, (value_type_of(value) if declared is None else None)

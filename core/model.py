@@ -25,7 +25,7 @@ import numpy as np
 from . import onnx_proto
 from .onnx_proto import AttributeProto
 
-from .dtypes import OptionalType, SequenceType, np_dtype, type_string, value_type_string
+from .dtypes import MapType, OptionalType, SequenceType, np_dtype, type_string, value_type_string
 from .errors import ExternalDataError, ModelLoadError, NestingLimitError
 from .external_data import Region, load_external_data
 from .symbolic import Dim, sym
@@ -215,7 +215,8 @@ def _dims(tt) -> Optional[tuple[DimSpec, ...]]:
 def type_of(t: onnx_proto.TypeProto) -> Any:
     """The engine's type of an ONNX TypeProto: a numpy dtype for a tensor (None when its
     elem type is undefined), :class:`SequenceType` / :class:`OptionalType` for containers
-    (element types nested), None for anything else (maps, opaque, an empty TypeProto)."""
+    and :class:`MapType` for maps (element types nested), None for anything else (opaque, an
+    empty TypeProto)."""
     kind = t.WhichOneof("value")
     if kind in ("tensor_type", "sparse_tensor_type"):
         elem = getattr(t, kind).elem_type
@@ -224,6 +225,10 @@ def type_of(t: onnx_proto.TypeProto) -> Any:
         return SequenceType(type_of(t.sequence_type.elem_type) if t.sequence_type.HasField("elem_type") else None)
     if kind == "optional_type":
         return OptionalType(type_of(t.optional_type.elem_type) if t.optional_type.HasField("elem_type") else None)
+    if kind == "map_type":
+        key = t.map_type.key_type
+        return MapType(np_dtype(key) if key else None,
+                       type_of(t.map_type.value_type) if t.map_type.HasField("value_type") else None)
     return None
 
 
@@ -233,7 +238,7 @@ def _value_info(vi: onnx_proto.ValueInfoProto) -> ValueInfo:
         return ValueInfo(vi.name, t.tensor_type.elem_type, _dims(t.tensor_type))
     if t.HasField("sparse_tensor_type"):
         return ValueInfo(vi.name, t.sparse_tensor_type.elem_type, _dims(t.sparse_tensor_type))
-    if t.HasField("sequence_type") or t.HasField("optional_type"):
+    if t.HasField("sequence_type") or t.HasField("optional_type") or t.HasField("map_type"):
         elem_dims = None
         if t.HasField("optional_type") and t.optional_type.elem_type.HasField("tensor_type"):
             elem_dims = _dims(t.optional_type.elem_type.tensor_type)

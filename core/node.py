@@ -158,8 +158,9 @@ def context_of_arrays(pn: PreparedNode, arrays: Sequence, services: Optional[Nod
 
 
 def _shape_of(a) -> Optional[tuple]:
-    """The shape of a value that is not an ndarray: None for None and sequences (lists)."""
-    if a is None or type(a) is list:
+    """The shape of a value that is not an ndarray: None for None, sequences (lists) and
+    maps (dicts)."""
+    if a is None or type(a) is list or type(a) is dict:
         return None
     return tuple(np.shape(a))
 

@@ -774,11 +774,13 @@ DEEP = "deep"
 
 def copy_value(value: Any) -> Any:
     """A copy of a run-time value: an array copied, a sequence (list) copied element by
-    element, None (an empty optional) as it is."""
+    element, a map (dict of Python scalars) copied, None (an empty optional) as it is."""
     if value is None:
         return None
     if type(value) is list:
         return [copy_value(x) for x in value]
+    if type(value) is dict:
+        return dict(value)
     return np.array(value, copy=True)
 
 

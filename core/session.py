@@ -17,7 +17,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from .dtypes import OptionalType, SequenceType, type_key, value_type_string
+from .dtypes import MapType, OptionalType, SequenceType, type_key, value_type_string
 from .engine import Engine, LiveStats
 from .errors import (DimParamMismatch, InputDtypeMismatch, InputFixedDimMismatch, InputNameError,
                      InputRankMismatch, InvalidArgumentError, InvalidFeedError, RunTerminated)
@@ -155,9 +155,9 @@ def _tensor_feed(where: str, type_text: str, want: Optional[np.dtype], value: An
 
 
 def container_feed(name: str, vtype: Any, value: Any, where: str = "") -> Any:
-    """A feed of a sequence/optional input checked against its declared type ``vtype``:
+    """A feed of a sequence/optional/map input checked against its declared type ``vtype``:
     a sequence as a list whose elements are checked (and converted) in turn, an optional
-    as None or its element checked.
+    as None or its element checked, a map as a dict (:func:`map_feed`).
 
     Raises:
         InvalidFeedError / InputDtypeMismatch: naming the input (and the element).
@@ -170,6 +170,8 @@ def container_feed(name: str, vtype: Any, value: Any, where: str = "") -> Any:
             got = "None" if value is None else f"a {type(value).__name__}"
             raise InvalidFeedError(f"{at}: expected {value_type_string(vtype)} (a list of arrays), got {got}")
         return [container_feed(name, vtype.elem, x, f"{where} element {k}") for k, x in enumerate(value)]
+    if isinstance(vtype, MapType):
+        return map_feed(at, vtype, value)
     if vtype is None:   # element type not declared: any array, list or None
         if value is None or type(value) is list:
             return value if value is None else [container_feed(name, None, x, f"{where} element {k}")
@@ -178,6 +180,38 @@ def container_feed(name: str, vtype: Any, value: Any, where: str = "") -> Any:
     if isinstance(value, list) and value and isinstance(value[0], np.ndarray):
         raise InvalidFeedError(f"{at}: expected {value_type_string(vtype)}, got a list of arrays (a sequence)")
     return _tensor_feed(at, value_type_string(vtype), vtype, value)
+
+
+def _map_item(at: str, what: str, dtype: Any, x: Any) -> Any:
+    """One key or value of a map feed: a str for strings, an int for integer keys, and a
+    numpy scalar of ``dtype`` for numeric values (the map's type is read from them)."""
+    if dtype is None:
+        return x
+    if np.dtype(dtype).kind in "OUS":
+        if isinstance(x, bytes):
+            return x.decode("utf-8")
+        if isinstance(x, str):
+            return x
+    elif np.dtype(dtype).kind in "iu":
+        if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
+            return int(x) if what == "key" else np.dtype(dtype).type(x)
+    elif isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool):
+        return np.dtype(dtype).type(x)
+    raise InputDtypeMismatch(f"{at}: a map {what} must be {value_type_string(dtype)}, got "
+                             f"{type(x).__name__} {x!r}")
+
+
+def map_feed(at: str, vtype: MapType, value: Any) -> dict:
+    """A map feed (a dict) with its keys and values of the declared key and value types
+    (:func:`_map_item`), in the caller's order.
+
+    Raises:
+        InvalidFeedError: not a dict. InputDtypeMismatch: a key or value of another type.
+    """
+    if not isinstance(value, dict):
+        got = "None" if value is None else f"a {type(value).__name__}"
+        raise InvalidFeedError(f"{at}: expected {value_type_string(vtype)} (a dict), got {got}")
+    return {_map_item(at, "key", vtype.key, k): _map_item(at, "value", vtype.value, v) for k, v in value.items()}
 
 
 def _node_arg(vi: ValueInfo) -> NodeArg:

@@ -128,14 +128,15 @@ class SubgraphRunner:
 
     def _arrays(self, feeds: Mapping[str, np.ndarray]) -> tuple[list, tuple]:
         """The inputs in order and the signature key: shape and dtype of each array; a
-        sequence (list) or an empty optional (None) keys by its type (it has no shape)."""
+        sequence (list), a map (dict) or an empty optional (None) keys by its type (it has no
+        shape)."""
         arrays, key = [], []
         for name in self.input_names:
             a = feeds.get(name, _MISSING)
             if type(a) is not np.ndarray:
                 if a is _MISSING:
                     raise KeyError(f"subgraph '{self.graph.name}' needs '{name}'")
-                if a is None or type(a) is list:
+                if a is None or type(a) is list or type(a) is dict:
                     arrays.append(a)
                     key.append(None)
                     key.append(type_key(a))

@@ -241,18 +241,6 @@ INDEX = {
         ('', 'StringSplit'),
         ('', 'TfIdfVectorizer'),
     )),
-    'dynashape.ops_builtin.ml': (False, (
-        ('ai.onnx.ml', 'ArrayFeatureExtractor'),
-        ('ai.onnx.ml', 'Binarizer'),
-        ('ai.onnx.ml', 'LabelEncoder'),
-        ('ai.onnx.ml', 'TreeEnsemble'),
-    )),
-    'dynashape.ops_builtin.ml_linear': (False, (
-        ('ai.onnx.ml', 'Imputer'),
-        ('ai.onnx.ml', 'LinearRegressor'),
-        ('ai.onnx.ml', 'Normalizer'),
-        ('ai.onnx.ml', 'Scaler'),
-    )),
     'dynashape.ops_builtin.training': (False, (
         ('ai.onnx.preview.training', 'Adagrad'),
         ('ai.onnx.preview.training', 'Adam'),
@@ -265,6 +253,24 @@ INDEX = {
         ('', 'RandomNormalLike'),
         ('', 'RandomUniform'),
         ('', 'RandomUniformLike'),
+    )),
+    'dynashape.ops_builtin.ml': (False, (
+        ('ai.onnx.ml', 'ArrayFeatureExtractor'),
+        ('ai.onnx.ml', 'Binarizer'),
+        ('ai.onnx.ml', 'LabelEncoder'),
+        ('ai.onnx.ml', 'TreeEnsemble'),
+    )),
+    'dynashape.ops_builtin.ml_linear': (False, (
+        ('ai.onnx.ml', 'Imputer'),
+        ('ai.onnx.ml', 'LinearClassifier'),
+        ('ai.onnx.ml', 'LinearRegressor'),
+        ('ai.onnx.ml', 'Normalizer'),
+        ('ai.onnx.ml', 'Scaler'),
+    )),
+    'dynashape.ops_builtin.ml_maps': (False, (
+        ('ai.onnx.ml', 'CastMap'),
+        ('ai.onnx.ml', 'DictVectorizer'),
+        ('ai.onnx.ml', 'ZipMap'),
     )),
     'dynashape.ops_builtin.fusions': (False, (
         ('dynashape', 'FusedAttention'),
