@@ -64,6 +64,9 @@ class SubgraphRunner:
         self._engine: Optional[Engine] = None
         self._prepared = self._rewrites = None     # (set with the engine by _compile)
         self._lock = threading.Lock()
+        #: what the op running this body derived from it, by the op's key (a Scan's
+        #: vectorized body and its runner): made once per body, whichever plan asks
+        self.derived: dict = {}
 
     # the body is compiled when it first runs (an If's branch that is never taken, never) ----
     @property
@@ -161,6 +164,20 @@ class SubgraphRunner:
     def run_list(self, inputs: Sequence[np.ndarray], outer: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         """Formal inputs positionally, outer-scope values by name."""
         return self.run(self._feeds(inputs, outer))
+
+    def arena_bytes(self, inputs: Sequence[np.ndarray], outer: Mapping[str, np.ndarray]) -> int:
+        """Bytes of the intermediate tensors a run on these inputs takes (its plan's arena;
+        the plan is made now if new, and cached for the run), without allocating them."""
+        arrays, key = self._arrays(self._feeds(inputs, outer))
+        engine = self.engine
+        plan = engine.cached_plan(key)
+        if plan is None:
+            ctx = engine.take_context()
+            try:
+                plan = engine.make_plan(key, arrays, ctx)
+            finally:
+                engine.give_context(ctx)
+        return int(plan.arena_bytes)
 
     def infer_outputs(self, inputs: Sequence[np.ndarray], outer: Mapping[str, np.ndarray]) -> list:
         """(shape, dtype) of each output for these inputs without running (a shape is None

@@ -29,6 +29,7 @@ from dynashape.errors import ExecutionError
 from dynashape.model import FIXED, Graph, ValueInfo
 from dynashape.program import copy_value
 from dynashape.records import InferContext, OpLibrary
+from dynashape.ops_builtin.scan_vectorize import vectorize_body
 from dynashape.shapes import normalize_axis, numel, require
 
 lib = OpLibrary()
@@ -459,7 +460,54 @@ def _scan_prepare(ctx: InferContext):
     lay["runner"] = _runner(ctx, lay["body"])
     lay["node"] = ctx.node
     lay["outer"] = _outer_plan(ctx.node, (lay["runner"],))
+    lay["vector"] = None if lay["v8"] else _vector_body(ctx, lay)
     return lay
+
+
+#: the most bytes a vectorized Scan body's intermediate tensors take in one run: longer scans
+#: run it over chunks of the iterations
+VECTOR_BYTES = 64 << 20
+
+
+def _vector_body(ctx: InferContext, lay: dict):
+    """(VectorBody, its runner) when the body's iterations are independent (scan_vectorize.py),
+    else None; made once per body and input ranks (kept with the body's runner)."""
+    first, n, m = lay["first"], lay["n"], lay["m"]
+    ranks = []
+    for j in range(n + m):
+        shape = ctx.shape(first + j)
+        ranks.append(None if shape is None else len(shape) - (1 if j >= n else 0))
+    opset = ctx.services.opsets.get("", 1) if ctx.services is not None else 1
+    derived = lay["runner"].derived
+    key = ("vectorized", tuple(ranks), opset)
+    if key not in derived:
+        vb = vectorize_body(lay["body"], n, ranks, opset)
+        derived[key] = None if vb is None else (vb, _runner(ctx, vb.graph))
+    return derived[key]
+
+
+def _scan_vectorized(lay: dict, states: list, scans: list, length: int, outer: dict) -> list:
+    """Every iteration in one run of the vectorized body (in chunks of iterations where its
+    tensors would pass VECTOR_BYTES); the same outputs as :func:`_scan_run`."""
+    vb, runner = lay["vector"]
+    xs = [np.moveaxis(x, ax, 0) for x, ax in zip(scans, lay["in_axes"])]
+    xs = [x[::-1] if d else x for x, d in zip(xs, lay["in_dirs"])]
+    need = runner.arena_bytes(states + xs, outer)
+    if need <= VECTOR_BYTES:
+        outs = runner.run_list(states + xs, outer)
+    else:
+        step = max(1, length * VECTOR_BYTES // need)
+        parts = [runner.run_list(states + [x[i:i + step] for x in xs], outer) for i in range(0, length, step)]
+        outs = [np.concatenate([p[j] for p in parts]) if vb.batched[j] else parts[0][j] for j in range(lay["k"])]
+    stacked = []
+    for j, y in enumerate(outs):
+        if not vb.batched[j]:
+            y = np.broadcast_to(y, (length,) + y.shape)
+        if lay["out_dirs"][j]:
+            y = y[::-1]
+        y = np.moveaxis(y, 0, lay["out_axes"][j])
+        stacked.append(y if y.flags.c_contiguous and y.flags.owndata else np.ascontiguousarray(y))
+    return [_owned(s) for s in states] + stacked
 
 
 def _slice_at(a: np.ndarray, axis: int, i: int) -> np.ndarray:
@@ -517,7 +565,10 @@ def _scan(inputs, outputs, lay):
     states = list(inputs[first:first + n])
     scans = list(inputs[first + n:first + n + m])
     if not lay["v8"]:
-        return _scan_run(lay, states, scans, _scan_length_of(lay, scans), outer)
+        length = _scan_length_of(lay, scans)
+        if lay["vector"] is not None and length > 0:
+            return _scan_vectorized(lay, states, scans, length, outer)
+        return _scan_run(lay, states, scans, length, outer)
     return _scan8(lay, inputs[0], states, scans, outer)
 
 
