@@ -115,7 +115,9 @@ def _size(text: str, option: str, item: str) -> int:
     except ValueError:
         value = -1
     if value < 0:
-        raise _bad(option, f"{item!r}: {text!r} is not a non-negative integer")
+        hint = "; write a shape's dims joined by x, as 2x4" if option == "--shape" and any(c in text for c in ",; ") \
+            else ""
+        raise _bad(option, f"{item!r}: {text!r} is not a non-negative integer{hint}")
     return value
 
 

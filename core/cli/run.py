@@ -54,21 +54,43 @@ def _output_line(name: str, arr: np.ndarray, ref) -> str:
     return line + f" max_abs_diff_vs_ort={diff:.3g}"
 
 
+def _save(path: str, feeds: dict, names: list, outs: list) -> None:
+    """The outputs by name and the feeds as ``input.NAME`` in one .npz (a sequence's elements
+    as ``NAME.K``; a map or list of maps as an object array)."""
+    arrays = {f"input.{k}": v for k, v in feeds.items()}
+    for name, value in zip(names, outs):
+        if isinstance(value, list) and all(isinstance(x, np.ndarray) for x in value):
+            arrays.update({f"{name}.{k}": x for k, x in enumerate(value)})
+        elif isinstance(value, np.ndarray):
+            arrays[name] = value
+        elif value is not None:
+            arrays[name] = np.array(value, dtype=object)
+    try:
+        with open(path, "wb") as f:
+            np.savez(f, **arrays)
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
 @main.command()
 @feed_options
 @click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True,
               help="timed runs on the same feeds, after the warm-up")
 @warmup_options(2)
+@click.option("-o", "--save", "save", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="write the outputs (and the feeds, as input.NAME) to this .npz file")
 @click.option("--compare-ort", is_flag=True,
               help="also run ONNX Runtime on the same feeds and print each output's max abs diff; if ONNX "
                    "Runtime cannot load or run the model, dynashape's outputs are printed and the command "
                    "fails with 'ONNX Runtime failed: ...' (exit code 1)")
-def run(model: str, dims, shapes, inputs, allocator: str, repeat: int, warmup: int, compare_ort: bool,
+def run(model: str, dims, shapes, inputs, allocator: str, repeat: int, warmup: int, save, compare_ort: bool,
         seed: int) -> None:
     """Run MODEL on given or random feeds and print each input's dtype and shape, then each
     output's name, dtype, shape and checksum (and, with --compare-ort, its max abs diff to ONNX
     Runtime), then the first run's time and the median of the REPEAT runs after WARMUP untimed
-    ones (the steady time; --no-warmup: the first, cold run counts in the median).
+    ones (the steady time; --no-warmup: the first, cold run counts in the median). With
+    --save FILE.npz the outputs are written there by name, the feeds as ``input.NAME``
+    (numpy.load reads them; a sequence output as ``NAME.0``, ``NAME.1``, ...).
 
     Errors (a model that cannot be loaded or run, a feed that does not fit) are one
     'Error: ...' line and exit code 1; bad options exit with code 2.
@@ -88,5 +110,8 @@ def run(model: str, dims, shapes, inputs, allocator: str, repeat: int, warmup: i
         click.echo(_output_line(o.name, arr, None if ref is None else ref[i]))
     for line in _timing_lines(first_ms, times, warmup):
         click.echo(line)
+    if save is not None:
+        _save(save, feeds, [o.name for o in sess.get_outputs()], outs)
+        click.echo(f"saved {len(outs)} output(s) and {len(feeds)} input(s) to {save}")
     if ort_error is not None:
         raise click.ClickException(f"ONNX Runtime failed: {ort_error}")

@@ -123,3 +123,33 @@ def test_inspect_table_ends_with_the_summary_line(tmp_path):
     onnx.save(build_demo_model(), path)
     code, out = _invoke("inspect", str(path))
     assert out.strip().splitlines()[-1] == "8 of 8 tensors fully symbolic, 0 data-dependent"
+
+
+def test_run_saves_the_outputs_and_the_feeds_to_an_npz(tmp_path):
+    import dynashape
+    from dynashape.demo import BIAS
+    path, saved = tmp_path / "demo.onnx", tmp_path / "out.npz"
+    onnx.save(build_demo_model(), path)
+    code, out = _invoke("run", str(path), "--dim", "batch=3", "-o", str(saved))
+    assert code == 0, out
+    assert f"saved 1 output(s) and 1 input(s) to {saved}" in out
+    with np.load(saved) as z:
+        assert sorted(z.files) == ["input.x", "y"]
+        x, y = z["input.x"], z["y"]
+    assert x.shape == (3, 2, 3) and y.shape == (3, 6)
+    np.testing.assert_allclose(y, x.reshape(3, 6) + BIAS, rtol=1e-6)
+    (again,) = dynashape.InferenceSession(str(path)).run(None, {"x": x})
+    np.testing.assert_array_equal(y, again)
+
+
+def test_a_shape_written_with_commas_is_refused_with_the_x_spelling(tmp_path):
+    path = tmp_path / "demo.onnx"
+    onnx.save(build_demo_model(), path)
+    result = CliRunner().invoke(main, ["run", str(path), "--shape", "x=2,4"])
+    assert result.exit_code == 2
+    assert "'x=2,4': '2,4' is not a non-negative integer; write a shape's dims joined by x, as 2x4" in result.output
+
+
+def test_demo_says_why_its_arena_is_empty():
+    code, out = _invoke("demo")
+    assert code == 0 and "arena bytes: the intermediate tensors of the plan (0 here" in out
