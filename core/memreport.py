@@ -90,10 +90,17 @@ def _fmt_bytes(n: int) -> str:
     return f"{n} B"
 
 
-def format_table(report: dict, max_name: int = 48) -> str:
-    """Per-tensor lines (name, kind, bytes, steps, offset, block) and the totals."""
+def short_name(name: str, width: int) -> str:
+    """``name`` in at most ``width`` characters: a longer one keeps its end (where an exporter's
+    path names the tensor: ``.../layer.3/attention/LayerNorm_output_0``) after ``...``."""
+    return name if len(name) <= width else "..." + name[len(name) - width + 3:]
+
+
+def format_table(report: dict, max_name: int = 96) -> str:
+    """Per-tensor lines (name, kind, bytes, steps, offset, block) and the totals; a name
+    longer than ``max_name`` keeps its end (:func:`short_name`)."""
     header = ("tensor", "kind", "bytes", "steps", "offset", "block")
-    rows = [(t["name"][:max_name], t["kind"], str(t["bytes"]), f"{t['first']}-{t['last']}",
+    rows = [(short_name(t["name"], max_name), t["kind"], str(t["bytes"]), f"{t['first']}-{t['last']}",
              "-" if t["offset"] is None else str(t["offset"]), str(t["block"])) for t in report["tensors"]]
     widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
     lines = []
@@ -173,7 +180,7 @@ def _label_largest(ax, report: dict, n: int, max_name: int = 28) -> None:
     """Each of the largest rectangles gets its tensor name, centred (clipped to the axes)."""
     for t in largest_tensors(report, n):
         x, y, w, h = _rect(t)
-        name = t["name"] if len(t["name"]) <= max_name else t["name"][:max_name - 1] + "…"
+        name = short_name(t["name"], max_name)
         ax.text(x + w / 2, y + h / 2, name, ha="center", va="center", fontsize=7, clip_on=True)
 
 

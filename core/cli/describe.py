@@ -20,6 +20,7 @@ def inspect(model: str, fmt: str, show_rewrites: bool) -> None:
     import json
 
     from ..inspect import inspect_rewrites, inspect_session
+    from ..memreport import short_name
     from ..session import InferenceSession
 
     with cli_errors(model):
@@ -31,13 +32,14 @@ def inspect(model: str, fmt: str, show_rewrites: bool) -> None:
     if show_rewrites:
         _echo_rewrites(report)
         return
-    rows = [(t["name"], t["dtype"] or "?", "?" if t["shape"] is None else "[" + ", ".join(map(str, t["shape"])) + "]",
+    rows = [(short_name(t["name"], 96), t["dtype"] or "?",
+             "?" if t["shape"] is None else "[" + ", ".join(map(str, t["shape"])) + "]",
              t["producer"], t["plugin"], "data-dependent" if t["data_dependent"] else "") for t in report["tensors"]]
-    widths = [min(60, max(len(r[i]) for r in rows + [("name", "dtype", "shape", "producer", "plugin", "")]))
+    widths = [min(96, max(len(r[i]) for r in rows + [("name", "dtype", "shape", "producer", "plugin", "")]))
               for i in range(6)]
     header = ("name", "dtype", "shape", "producer", "plugin", "")
     for r in [header] + rows:
-        click.echo("  ".join(str(c)[:60].ljust(w) for c, w in zip(r, widths)).rstrip())
+        click.echo("  ".join(short_name(str(c), 96).ljust(w) for c, w in zip(r, widths)).rstrip())
     s = report["summary"]
     click.echo(f"{s['fully_symbolic']} of {s['tensors']} tensors fully symbolic, {s['data_dependent']} data-dependent")
 

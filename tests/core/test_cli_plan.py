@@ -181,3 +181,25 @@ def test_plan_plot_title_names_the_input_shapes(model_path, tmp_path, monkeypatc
     code, out = _invoke("plan", model_path, "--shape", "x=3x16", "--plot", str(tmp_path / "p.png"))
     assert code == 0, out
     assert titles == ["m.onnx: pool plan for x[3, 16]\narena 576 B, lower bound 576 B, naive 960 B"]
+
+
+def test_long_tensor_names_keep_their_distinct_ends(tmp_path):
+    """Three LayerNorm outputs whose names share a long prefix stay three different rows."""
+    from dynashape.memreport import short_name
+    assert short_name("abc", 5) == "abc"
+    assert short_name("/m/encoder/layer.10/output/LayerNorm_output_0", 24) == "...ut/LayerNorm_output_0"
+    prefix = "/model/encoder/" + "very_long_block_name/" * 4
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])
+    nodes = [helper.make_node("Relu", ["x"], [prefix + "layer.1/LayerNorm_output_0"]),
+             helper.make_node("Neg", [prefix + "layer.1/LayerNorm_output_0"], [prefix + "layer.2/LayerNorm_output_0"]),
+             helper.make_node("Abs", [prefix + "layer.2/LayerNorm_output_0"], [prefix + "layer.3/LayerNorm_output_0"]),
+             helper.make_node("Exp", [prefix + "layer.3/LayerNorm_output_0"], ["y"])]
+    path = tmp_path / "long.onnx"
+    onnx.save(helper.make_model(helper.make_graph(nodes, "g", [x], [y]),
+                                opset_imports=[helper.make_opsetid("", 17)]), path)
+    result = CliRunner().invoke(main, ["plan", str(path), "--dim", "n=2"])
+    assert result.exit_code == 0, result.output
+    rows = [line.split()[0] for line in result.output.splitlines() if "LayerNorm_output_0" in line]
+    assert len(rows) == len(set(rows)) == 3 and all(r.endswith(f"layer.{i}/LayerNorm_output_0")
+                                                     for i, r in zip((1, 2, 3), rows))
