@@ -125,8 +125,16 @@ def _warm_new_shape(sess, feeds: dict, repeat: int) -> str:
     except (DynashapeError, ValueError) as exc:
         return f"{label}: failed: {one_line(exc)}"
     med = spread(cached)[0]
-    return (f"{label}: first run {first:.3f} ms vs its cached median {med:.3f} ms "
-            f"= {first - med:+.3f} ms ({times(first, med)})")
+    return f"{label}: first run {first:.3f} ms vs its cached median {med:.3f} ms {_extra(first, cached)}"
+
+
+def _extra(first: float, cached: list) -> str:
+    """What a first run costs over the cached runs: ``= +X ms (Nx)``, or that it is within
+    their spread (a first run measured below the median is noise, not a negative cost)."""
+    med, _, p90 = spread(cached)
+    if first <= p90:
+        return "= no more than a cached run (within their p10-p90)"
+    return f"= +{first - med:.3f} ms ({times(first, med)})"
 
 
 @main.command()
@@ -174,5 +182,5 @@ def bench(model: str, dims, shapes, inputs, allocator: str, seed: int, repeat: i
     elif note:
         click.echo(f"onnxruntime:     {note}")
     click.echo(f"new shape:       first run of a fresh session {first:.3f} ms (planning {planning:.3f} ms) "
-               f"vs cached median {med:.3f} ms = {first - med:+.3f} ms ({times(first, med)})")
+               f"vs cached median {med:.3f} ms {_extra(first, ds)}")
     click.echo(f"warm new shape:  {warm}")
