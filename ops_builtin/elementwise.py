@@ -62,10 +62,11 @@ def apply_lowp(fn: MathFn, args: list, out: np.ndarray, prep) -> None:
 
 
 def register_kernels(library: OpLibrary, op_type: str, fn: MathFn, *, since_version: int = 1,
-                     end_version: int | None = None, prepare=None, may_inplace: tuple = ()) -> None:
-    """Register ``fn`` as the kernel of ``op_type`` plus a float32-computing one for low precisions.
-    A ``fn.kernel`` (the same computation with the kernel signature) is registered as it is,
-    saving a call per step on the hot path."""
+                     end_version: int | None = None, prepare=None, may_inplace: tuple = (),
+                     lowp: bool = True) -> None:
+    """Register ``fn`` as the kernel of ``op_type`` plus (``lowp``: an op that takes floats) a
+    float32-computing one for low precisions. A ``fn.kernel`` (the same computation with the
+    kernel signature) is registered as it is, saving a call per step on the hot path."""
     def compute(inputs, outputs, prep):
         fn(inputs, outputs[0], prep)
 
@@ -75,7 +76,8 @@ def register_kernels(library: OpLibrary, op_type: str, fn: MathFn, *, since_vers
     common = {"since_version": since_version, "end_version": end_version, "prepare": prepare,
               "may_inplace": may_inplace}
     library.kernel(op_type, **common)(getattr(fn, "kernel", compute))
-    library.kernel(op_type, dtypes=LOWP_DTYPES, priority=1, **common)(compute_lowp)
+    if lowp:
+        library.kernel(op_type, dtypes=LOWP_DTYPES, priority=1, **common)(compute_lowp)
 
 
 def _quiet():
@@ -203,7 +205,7 @@ def _unary(op_type: str, versions, fn: MathFn, *, kind: str | None = "float",
     infer_dtype = same_dtype(0) if out_dtype is None else fixed_dtype(out_dtype)
     lib.op(op_type, versions, infer_dtype=infer_dtype, propagate_value=propagate)(_unary_shape_fn(kind))
     register_kernels(lib, op_type, fn, prepare=prepare,
-                     may_inplace=((0, 0),) if out_dtype is None else ())
+                     may_inplace=((0, 0),) if out_dtype is None else (), lowp=_takes_floats(kind))
 
 
 def _binary(op_type: str, versions, fn: MathFn, *, kind: str | None = "numeric", out_dtype=None,
@@ -223,9 +225,14 @@ def _binary(op_type: str, versions, fn: MathFn, *, kind: str | None = "numeric",
                 args = [args[0], args[1].reshape(shape)]
             fn(args, out, None)
         register_kernels(lib, op_type, legacy, end_version=6, prepare=_legacy_prepare,
-                         may_inplace=((0, 0),) if inplace else ())
+                         may_inplace=((0, 0),) if inplace else (), lowp=_takes_floats(kind))
     register_kernels(lib, op_type, fn, since_version=max(7, min(versions)) if min(versions) < 7
-                     else min(versions), prepare=prepare, may_inplace=inplace)
+                     else min(versions), prepare=prepare, may_inplace=inplace, lowp=_takes_floats(kind))
+
+
+def _takes_floats(kind: str | None) -> bool:
+    """Whether an op of this input kind takes floating-point inputs (a low-precision kernel)."""
+    return kind not in ("bool", "int")
 
 
 # ---------------------------------------------------------------------------------
@@ -616,7 +623,7 @@ def _bitshift(args, out, ufunc):
 
 
 lib.op("BitShift", (11, 28), infer_dtype=same_dtype(0))(_bitshift_shape)
-register_kernels(lib, "BitShift", _bitshift, prepare=_bitshift_prepare, may_inplace=((0, 0), (0, 1)))
+register_kernels(lib, "BitShift", _bitshift, prepare=_bitshift_prepare, may_inplace=((0, 0), (0, 1)), lowp=False)
 
 for _name, _uf in (("BitwiseAnd", np.bitwise_and), ("BitwiseOr", np.bitwise_or),
                    ("BitwiseXor", np.bitwise_xor)):

@@ -516,3 +516,15 @@ def test_infer_node_dtypes():
     assert shapes == [(2,)] and dtypes == [np.dtype(np.bool_)]
     shapes, dtypes = infer_node("Pow", [np.array([1], np.int32), f32(1)])
     assert dtypes == [np.dtype(np.int32)]
+
+
+def test_bool_and_integer_only_ops_list_no_low_precision_float_kernel():
+    """And/Or/Xor/Not take bool, the bitwise ops integers: no float8/bfloat16 kernel of theirs
+    is registered (``dynashape ops`` listed one), while Add keeps its low-precision one."""
+    from dynashape.oplist import op_entries
+    from dynashape.registry import get_registry
+
+    entries = {e["op_type"]: e for e in op_entries(get_registry(), domain="", plugins=["dynashape.ops_builtin"])}
+    for op in ("And", "Or", "Xor", "Not", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitShift"):
+        assert all(k["dtypes"] is None for k in entries[op]["kernels"]), (op, entries[op]["kernels"])
+    assert any(k["dtypes"] and "float8_e4m3fn" in k["dtypes"] for k in entries["Add"]["kernels"])
