@@ -154,13 +154,13 @@ def bench(model: str, dims, shapes, inputs, allocator: str, seed: int, repeat: i
     from ..options import SessionOptions
     from ..session import InferenceSession
 
-    with cli_errors(model):
+    with cli_errors(model) as errors:
         t0 = time.perf_counter()
         options = SessionOptions()
         options.intra_op_num_threads = threads
         sess = InferenceSession(model, options, allocator=allocator)
         create_ms = (time.perf_counter() - t0) * 1e3
-        feeds = ordered_feeds(sess, feeds_from_options(sess, dims, shapes, inputs, seed))
+        feeds = ordered_feeds(sess, feeds_from_options(sess, dims, shapes, inputs, seed, errors=errors))
         first = timed_ms(lambda: sess.run(None, feeds))
         planning = sess.stats.planning_ms
         ort_sess, note = _ort_for(model, feeds, threads) if compare_ort else (None, None)

@@ -48,19 +48,37 @@ def one_line(exc: BaseException) -> str:
     return "; ".join(lines) or type(exc).__name__
 
 
+class ErrorContext:
+    """What :func:`cli_errors` adds to a message: ``random_inputs``, the inputs a command fed
+    random values (a failed run then says that real values go in with ``--input``)."""
+
+    def __init__(self) -> None:
+        self.random_inputs: list = []
+
+    def hint(self, exc: BaseException) -> str:
+        from ..errors import ExecutionError, ShapeInferenceError
+
+        if not self.random_inputs or not isinstance(exc, (ShapeInferenceError, ExecutionError)):
+            return ""
+        names = ", ".join(self.random_inputs)
+        return (f" (the values of {names} were random: a model that reads values from its inputs, such as a "
+                f"sample rate or an If's condition, needs real ones: --input NAME=FILE.npy)")
+
+
 @contextmanager
 def cli_errors(model: Optional[str] = None):
     """Turn the errors a user can cause (a model that does not load or run, bad feeds, an
     unreadable or unwritable file) into a one-line :class:`click.ClickException`; a model
-    that cannot be loaded is named (``model``)."""
+    that cannot be loaded is named (``model``). Yields an :class:`ErrorContext`."""
     from ..errors import DynashapeError, ModelLoadError
 
+    context = ErrorContext()
     try:
-        yield
+        yield context
     except ModelLoadError as exc:
         raise click.ClickException(f"cannot load '{model}': {one_line(exc)}" if model else one_line(exc)) from None
     except (DynashapeError, ValueError, OSError) as exc:
-        raise click.ClickException(one_line(exc)) from None
+        raise click.ClickException(one_line(exc) + context.hint(exc)) from None
 
 
 def ordered_feeds(sess, feeds: dict) -> dict:
@@ -281,12 +299,14 @@ class TooLarge(click.ClickException):
     exit_code = 2
 
 
-def feeds_from_options(sess, dims, shapes, inputs, seed: int, placeholders: bool = False) -> dict:
+def feeds_from_options(sess, dims, shapes, inputs, seed: int, placeholders: bool = False,
+                       errors: Optional[ErrorContext] = None) -> dict:
     """Feeds ``{input name: np.ndarray}`` for ``sess``: arrays of the ``--input`` files, the
     other inputs random (see :data:`FEEDS_HELP`), shaped by ``--shape`` / ``--dim``. The
     request is checked against the session's ``memory_limit`` (the feeds, then the plan)
     before any random feed is made; ``placeholders``: no random feeds at all, zero-stride
-    views of their shapes and dtypes (what ``plan`` needs).
+    views of their shapes and dtypes (what ``plan`` needs). ``errors`` (the command's
+    :func:`cli_errors` context) learns which inputs are random.
 
     Raises:
         click.BadParameter: a malformed item, a bad number, an unknown dim or input name, a
@@ -314,4 +334,6 @@ def feeds_from_options(sess, dims, shapes, inputs, seed: int, placeholders: bool
         raise TooLarge(f"{one_line(exc)} (set DYNASHAPE_MEMORY_LIMIT to allow more)") from None
     if placeholders:
         return stand_ins
+    if errors is not None:
+        errors.random_inputs = [vi.name for vi in graph_inputs if vi.name not in given]
     return random_feeds(sess, dim_values, shape_values, given, seed=seed)

@@ -99,9 +99,10 @@ def _session_options(prefix: str):
 
 
 def profile_runs(model: str, allocator: str, feed_args: tuple, runs: int, prefix: str,
-                 warmup: int = 0) -> tuple[str, dict]:
+                 warmup: int = 0, errors=None) -> tuple[str, dict]:
     """Run ``model`` ``runs`` times with profiling on; (trace path written by the session, feeds).
-    With ``warmup``, the runs after the first wait for the compiled kernels (:func:`.common.settled`).
+    With ``warmup``, the runs after the first wait for the compiled kernels (:func:`.common.settled`);
+    ``errors``: the command's :func:`.common.cli_errors` context (told which feeds are random).
 
     Raises:
         DynashapeError / ValueError / OSError: the model does not load or run, or bad feeds.
@@ -109,7 +110,7 @@ def profile_runs(model: str, allocator: str, feed_args: tuple, runs: int, prefix
     from ..session import InferenceSession
 
     sess = InferenceSession(model, _session_options(prefix), allocator=allocator)
-    feeds = ordered_feeds(sess, feeds_from_options(sess, *feed_args))
+    feeds = ordered_feeds(sess, feeds_from_options(sess, *feed_args, errors=errors))
     for i in range(runs):
         with settled(i, warmup):
             sess.run(None, feeds)
@@ -156,10 +157,10 @@ def profile(model: str, dims, shapes, inputs, allocator: str, seed: int, output:
     _check_writable(output)
     tmp = tempfile.mkdtemp(prefix="dynashape_profile_") if output else None
     try:
-        with cli_errors(model):
+        with cli_errors(model) as errors:
             prefix = os.path.join(tmp, DEFAULT_PREFIX) if tmp else DEFAULT_PREFIX
             written, feeds = profile_runs(model, allocator, (dims, shapes, inputs, seed), warmup + repeat, prefix,
-                                          warmup)
+                                          warmup, errors)
             events = _load_trace(written)
             if output:
                 try:

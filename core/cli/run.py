@@ -97,9 +97,9 @@ def run(model: str, dims, shapes, inputs, allocator: str, repeat: int, warmup: i
     """
     from ..session import InferenceSession
 
-    with cli_errors(model):
+    with cli_errors(model) as errors:
         sess = InferenceSession(model, allocator=allocator)
-        feeds = feeds_from_options(sess, dims, shapes, inputs, seed)
+        feeds = feeds_from_options(sess, dims, shapes, inputs, seed, errors=errors)
         outs, first_ms, times = _timed_runs(sess, feeds, warmup, repeat)
     for name, arr in feeds.items():
         click.echo(f"input  {name}: {arr.dtype}{list(arr.shape)}")

@@ -153,3 +153,26 @@ def test_a_shape_written_with_commas_is_refused_with_the_x_spelling(tmp_path):
 def test_demo_says_why_its_arena_is_empty():
     code, out = _invoke("demo")
     assert code == 0 and "arena bytes: the intermediate tensors of the plan (0 here" in out
+
+
+def test_a_run_that_fails_on_random_values_says_which_inputs_were_random(tmp_path):
+    """A model that reads a value from an input (a Reshape's target shape here, a sample
+    rate or an If's condition in real models) fails on random values: the error names the
+    random inputs and --input; with the real value given it runs."""
+    from onnx import TensorProto, helper
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [6])
+    k = helper.make_tensor_value_info("k", TensorProto.INT64, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    model = helper.make_model(helper.make_graph([helper.make_node("Reshape", ["x", "k"], ["y"])], "g", [x, k], [y]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "reshape.onnx"
+    onnx.save(model, path)
+    for command in ("run", "bench", "profile"):
+        result = CliRunner().invoke(main, [command, str(path)] + (["-o", str(tmp_path / "t.json")]
+                                                                  if command == "profile" else []))
+        assert result.exit_code == 1 and "Traceback" not in result.output, (command, result.output)
+        assert "(the values of x, k were random: a model that reads values from its inputs" in result.output
+        assert "--input NAME=FILE.npy)" in result.output
+    np.save(tmp_path / "k.npy", np.array([2, 3], np.int64))
+    code, out = _invoke("run", str(path), "--input", f"k={tmp_path / 'k.npy'}")
+    assert code == 0 and "output y: float32[2, 3]" in out
