@@ -7,7 +7,7 @@ from .errors import InvalidArgumentError
 from .session import InferenceSession
 from .symbolic import dim_str
 
-__all__ = ["inspect_session", "inspect_rewrites"]
+__all__ = ["inspect_session", "inspect_rewrites", "inspect_model"]
 
 
 def _dims(shape) -> Any:
@@ -57,6 +57,48 @@ def inspect_session(sess: InferenceSession) -> dict:
     n_dd = sum(t["data_dependent"] for t in tensors)
     return {"tensors": tensors,
             "summary": {"tensors": len(tensors), "fully_symbolic": len(tensors) - n_dd, "data_dependent": n_dd}}
+
+
+def inspect_model(model: Any, registry: Any = None) -> dict:
+    """The report of :func:`inspect_session` for a model no session can be made of (an op
+    without a definition here): every tensor with its declared dtype and shape (None where
+    the model declares none), its producer and plugin (``"MISSING"``: nobody registered that
+    op at the model's opset), and ``summary["missing"]``: ``["domain::op_type", ...]``.
+
+    Raises:
+        ModelLoadError: the model cannot be read.
+    """
+    from .dtypes import np_dtype
+    from .errors import UnsupportedOperatorError
+    from .model import load_model
+    from .registry import get_registry
+
+    m = model if hasattr(model, "graph") and hasattr(model, "opsets") else load_model(model)
+    registry = registry if registry is not None else get_registry()
+    declared = {**m.graph.value_info, **{vi.name: vi for vi in m.graph.outputs}}
+    tensors, missing = [], []
+
+    def entry(name: str, producer: str, plugin: str) -> dict:
+        vi = declared.get(name)
+        dtype = None if vi is None or not vi.elem_type else np_dtype(vi.elem_type).name
+        shape = None if vi is None or vi.dims is None else [d.value if d.value is not None else "?" for d in vi.dims]
+        return {"name": name, "dtype": dtype, "shape": shape, "producer": producer, "plugin": plugin,
+                "data_dependent": False}
+
+    for vi in m.graph.inputs:
+        declared.setdefault(vi.name, vi)
+        tensors.append(entry(vi.name, "input", ""))
+    for node in m.graph.nodes:
+        try:
+            plugin = registry.resolve_op(node.domain, node.op_type, m.opsets.get(node.domain, 1), node.name).plugin
+        except UnsupportedOperatorError:
+            plugin = "MISSING"
+            key = f"{node.domain or 'ai.onnx'}::{node.op_type}"
+            if key not in missing:
+                missing.append(key)
+        tensors.extend(entry(o, node.op_type, plugin) for o in node.outputs if o)
+    return {"tensors": tensors, "summary": {"tensors": len(tensors), "fully_symbolic": None, "data_dependent": None,
+                                            "missing": missing}}
 
 
 def inspect_rewrites(sess: InferenceSession, model: Any = None) -> dict:

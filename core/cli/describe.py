@@ -19,13 +19,20 @@ def inspect(model: str, fmt: str, show_rewrites: bool) -> None:
     Graph rewrites (fusions) are on unless DYNASHAPE_OPTIMIZE=0 is set."""
     import json
 
-    from ..inspect import inspect_rewrites, inspect_session
+    from ..errors import UnsupportedOperatorError
+    from ..inspect import inspect_model, inspect_rewrites, inspect_session
     from ..memreport import short_name
     from ..session import InferenceSession
 
     with cli_errors(model):
-        sess = InferenceSession(model)
-        report = inspect_rewrites(sess) if show_rewrites else inspect_session(sess)
+        try:
+            sess = InferenceSession(model)
+        except UnsupportedOperatorError:
+            if show_rewrites:
+                raise
+            sess = None     # (the model as declared, its missing ops flagged)
+        report = inspect_model(model) if sess is None else \
+            inspect_rewrites(sess) if show_rewrites else inspect_session(sess)
     if fmt == "json":
         click.echo(json.dumps(report, indent=1))
         return
@@ -41,6 +48,10 @@ def inspect(model: str, fmt: str, show_rewrites: bool) -> None:
     for r in [header] + rows:
         click.echo("  ".join(short_name(str(c), 96).ljust(w) for c, w in zip(r, widths)).rstrip())
     s = report["summary"]
+    if s.get("missing"):
+        click.echo(f"{s['tensors']} tensors with their declared shapes: the model does not run here, no plugin "
+                   f"registers {', '.join(s['missing'])} (dynashape ops lists what does)")
+        return
     click.echo(f"{s['fully_symbolic']} of {s['tensors']} tensors fully symbolic, {s['data_dependent']} data-dependent")
 
 

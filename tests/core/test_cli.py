@@ -176,3 +176,29 @@ def test_a_run_that_fails_on_random_values_says_which_inputs_were_random(tmp_pat
     np.save(tmp_path / "k.npy", np.array([2, 3], np.int64))
     code, out = _invoke("run", str(path), "--input", f"k={tmp_path / 'k.npy'}")
     assert code == 0 and "output y: float32[2, 3]" in out
+
+
+def test_inspect_shows_a_model_with_an_unregistered_op_and_flags_it(tmp_path):
+    from onnx import TensorProto, helper
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])
+    r = helper.make_tensor_value_info("r", TensorProto.FLOAT, ["n", 3])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["r"]),
+                               helper.make_node("FancyOp", ["r"], ["y"], domain="my.domain")], "g", [x], [y],
+                              value_info=[r])
+    path = tmp_path / "missing.onnx"
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("my.domain", 1)]
+    onnx.save(helper.make_model(graph, opset_imports=opsets), path)
+    code, out = _invoke("inspect", str(path))
+    assert code == 0, out
+    rows = [line.split() for line in out.splitlines()[1:4]]
+    assert rows == [["x", "float32", "[n,", "3]", "input"],
+                    ["r", "float32", "[n,", "3]", "Relu", "dynashape.ops_builtin"],
+                    ["y", "float32", "[n,", "3]", "FancyOp", "MISSING"]]
+    assert out.splitlines()[-1] == ("3 tensors with their declared shapes: the model does not run here, no plugin "
+                                    "registers my.domain::FancyOp (dynashape ops lists what does)")
+    code, out = _invoke("inspect", str(path), "--format", "json")
+    report = json.loads(out)
+    assert report["summary"]["missing"] == ["my.domain::FancyOp"] and report["tensors"][2]["plugin"] == "MISSING"
+    result = CliRunner().invoke(main, ["inspect", str(path), "--rewrites"])
+    assert result.exit_code == 1 and "FancyOp" in result.output and "Traceback" not in result.output
