@@ -25,6 +25,7 @@ from .executor import ExecutionContext, RunStats, check_plan_memory
 from .fpstate import quiet_floating_point, quiet_off, quiet_on
 from .graph import PreparedGraph
 from .plan import Plan, build_plan
+from .profiling import ACTIVE
 from .program import Program, copy_value
 from .registry import Registry
 from .symbolic import free_symbols, sym
@@ -208,7 +209,15 @@ class Engine:
                 plan = self.make_plan(key, feeds, ctx)
             else:
                 stats.cache_hits += 1
-            values = ctx.execute(plan, feeds, self.profiler)
+            profiler = self.profiler if self.profiler is not None else ACTIVE.get()
+            if profiler is None:
+                values = ctx.execute(plan, feeds)
+            else:      # (the nodes of subgraphs this run runs record into the same profiler)
+                active = ACTIVE.set(profiler)
+                try:
+                    values = ctx.execute(plan, feeds, profiler)
+                finally:
+                    ACTIVE.reset(active)
             program = plan.program
             slots = program.pg.output_slots
             if program.copies_outputs:

@@ -28,6 +28,7 @@ from .errors import DynashapeError, ExecutionError, MemoryPlanError, PluginContr
 from .node import run_dynamic, run_kernel
 from .plan import Plan, build_plan, step_error
 from .planner import check_no_overlap
+from .profiling import running_node
 from .program import ARENA, FBLOCK, FRESH, Program, Segment
 
 __all__ = ["Arena", "ExecutionContext", "RunStats", "MAX_CONTINUATIONS", "TRUSTED_PLUGINS", "contract_steps"]
@@ -217,9 +218,13 @@ def _run_binding_nodes(program: Program, seg: Segment, v: list, profiler=None) -
         pn = pg.nodes[idx]
         ins = [v[i] if i >= 0 else None for i in slots]
         t0 = time.perf_counter()
-        outs = run_dynamic(pn, program.registry, ins, program.services, kernel, prepared, program.memory_limit)
         if profiler is not None:
+            with running_node(pn.node):
+                outs = run_dynamic(pn, program.registry, ins, program.services, kernel, prepared,
+                                   program.memory_limit)
             profiler.node_event(pn.node, idx, t0, time.perf_counter(), ins, outs)
+        else:
+            outs = run_dynamic(pn, program.registry, ins, program.services, kernel, prepared, program.memory_limit)
         for o, a in zip(pn.outputs, outs):
             if o >= 0:
                 v[o] = a
@@ -370,9 +375,12 @@ class _Interpreter:
             if checked:
                 poisoned = _poison_outputs(outs[:len(st.outputs)], ins)   # (not the scratch buffers after them)
             t0 = time.perf_counter()
-            res = run_kernel(st.node, st.kernel.compute, plan.prepared[pos], ins, outs)
             if self.profiler is not None:
+                with running_node(st.node.node):
+                    res = run_kernel(st.node, st.kernel.compute, plan.prepared[pos], ins, outs)
                 self.profiler.node_event(st.node.node, st.t, t0, time.perf_counter(), ins, res)
+            else:
+                res = run_kernel(st.node, st.kernel.compute, plan.prepared[pos], ins, outs)
             if checked:
                 res = _check_contract(st, plan, pos, ins, outs, res, poisoned)
             for o, a in zip(st.outputs, res):

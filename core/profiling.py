@@ -6,7 +6,9 @@ plan made for a new signature (``plan``) and every node (``<node>_kernel_time``)
 (``"ph": "X"``) with ``ts``/``dur`` in microseconds since the session started profiling,
 ``cat`` ``"Session"`` or ``"Node"`` and, for nodes, ``args.op_name``, ``args.provider``,
 ``args.node_index`` and the input/output ``[{dtype: shape}]`` lists, as onnxruntime's
-profiler writes them. Open the file in https://ui.perfetto.dev or chrome://tracing.
+profiler writes them. The nodes of If/Loop/Scan bodies are recorded too, named after the
+node that ran them (``If_0/Add_3``, ``args.parent`` = ``If_0``): the body's engine takes the
+profiler of the run it is part of (:data:`ACTIVE`). Open the file in https://ui.perfetto.dev or chrome://tracing.
 
 Source: the Trace Event Format (Google, "Trace Event Format" document) and
 onnxruntime's ``core/common/profiler.cc`` output.
@@ -17,6 +19,7 @@ import json
 import os
 import threading
 import time
+from contextvars import ContextVar
 from datetime import datetime
 from typing import Optional, Sequence
 
@@ -25,7 +28,31 @@ import numpy as np
 from .dtypes import onnx_type
 from .onnx_proto import TensorProto
 
-__all__ = ["Profiler"]
+__all__ = ["Profiler", "ACTIVE", "running_node"]
+
+#: the profiler of the run in progress in this thread (a subgraph's engine, which has none
+#: of its own, records into it)
+ACTIVE: ContextVar = ContextVar("dynashape_profiler", default=None)
+#: the qualified name of the node running now ("" at the top): a body's nodes are named under it
+_NODE: ContextVar = ContextVar("dynashape_profiled_node", default="")
+
+
+class running_node:
+    """``with running_node(node):`` while a profiled kernel of ``node`` runs: nodes its
+    subgraphs run are named under it."""
+
+    __slots__ = ("name", "_token")
+
+    def __init__(self, node):
+        parent = _NODE.get()
+        self.name = f"{parent}/{node.name}" if parent else node.name
+
+    def __enter__(self):
+        self._token = _NODE.set(self.name)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _NODE.reset(self._token)
 
 PROVIDER = "CPUExecutionProvider"
 
@@ -77,18 +104,18 @@ class Profiler:
     def node_event(self, node, index: int, t0: float, t1: float, inputs: Sequence, outputs: Sequence) -> None:
         """One kernel call of ``node`` (a model node: ``name``, ``op_type``); kept raw, made
         into a trace event only when read, so profiling adds little to each step."""
-        self._nodes.append((node, index, t0, t1, self._tid(),
+        self._nodes.append((node, _NODE.get(), index, t0, t1, self._tid(),
                             [(a.dtype, a.shape) for a in inputs if isinstance(a, np.ndarray)],
                             [(a.dtype, a.shape, a.nbytes) for a in outputs if isinstance(a, np.ndarray)]))
 
     def _node_events(self) -> list:
         return [{"cat": "Node", "pid": self._pid, "tid": tid, "dur": self._us(t1) - self._us(t0), "ts": self._us(t0),
-                 "ph": "X", "name": f"{node.name}_kernel_time",
+                 "ph": "X", "name": f"{parent}/{node.name}_kernel_time" if parent else f"{node.name}_kernel_time",
                  "args": {"op_name": node.op_type, "provider": PROVIDER, "node_index": str(index),
                           "input_type_shape": [{_type_name(d): list(s)} for d, s in ins],
                           "output_type_shape": [{_type_name(d): list(s)} for d, s, _ in outs],
-                          "output_size": str(sum(n for _, _, n in outs))}}
-                for node, index, t0, t1, tid, ins, outs in list(self._nodes)]
+                          "output_size": str(sum(n for _, _, n in outs)), **({"parent": parent} if parent else {})}}
+                for node, parent, index, t0, t1, tid, ins, outs in list(self._nodes)]
 
     @property
     def events(self) -> list:

@@ -46,13 +46,36 @@ def after_warmup(events: list, warmup: int) -> list:
     return [e for e in events if isinstance(e, dict) and e.get("ts", 0) >= cut]
 
 
+def own_durations(events: list) -> list[tuple[dict, float]]:
+    """Each node event with its own time (µs): an If/Loop/Scan's duration less that of the
+    body nodes it ran (events whose ``args.parent`` names it, inside its span), so that a
+    node's time is counted once, in its own op type."""
+    nodes = sorted(node_events(events), key=lambda e: (e.get("tid", 0), e.get("ts", 0), -e.get("dur", 0)))
+    own = {id(e): float(e.get("dur", 0)) for e in nodes}
+    open_events: list = []
+    for e in nodes:
+        start = e.get("ts", 0)
+        while open_events and (open_events[-1].get("tid", 0) != e.get("tid", 0)
+                               or open_events[-1].get("ts", 0) + open_events[-1].get("dur", 0) < start):
+            open_events.pop()
+        parent = (e.get("args") or {}).get("parent")
+        for outer in reversed(open_events):
+            if parent and outer.get("name") == f"{parent}_kernel_time":
+                own[id(outer)] -= float(e.get("dur", 0))
+                break
+        open_events.append(e)
+    return [(e, max(own[id(e)], 0.0)) for e in nodes]
+
+
 def op_type_table(events: list) -> list[dict]:
     """Node events grouped by ``args.op_name``, by total time descending: dicts with
-    ``op_type``, ``calls``, ``total_ms``, ``percent`` (of all node time) and ``mean_us``."""
+    ``op_type``, ``calls``, ``total_ms``, ``percent`` (of all node time) and ``mean_us``.
+    The nodes of If/Loop/Scan bodies count in their own op types, the If/Loop/Scan itself
+    with its own time only (:func:`own_durations`)."""
     groups: dict[str, list[float]] = {}
-    for e in node_events(events):
+    for e, dur in own_durations(events):
         op = (e.get("args") or {}).get("op_name") or "?"
-        groups.setdefault(op, []).append(float(e.get("dur", 0)))
+        groups.setdefault(op, []).append(dur)
     total_us = sum(sum(d) for d in groups.values()) or 1.0
     rows = [{"op_type": op, "calls": len(d), "total_ms": sum(d) / 1e3, "percent": 100.0 * sum(d) / total_us,
              "mean_us": sum(d) / len(d)} for op, d in groups.items()]

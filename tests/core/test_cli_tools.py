@@ -341,3 +341,48 @@ def test_profile_bad_arguments(tiny, tmp_path):
     _assert_one_line_error(["profile", path, "--repeat", "many"], "--repeat", code=2)
     _assert_one_line_error(["profile", str(tmp_path / "missing.onnx")], "missing.onnx", "does not exist", code=2)
     assert list(tmp_path.glob("*.json")) == []
+
+
+def _if_model():
+    """If(c): then Relu(x + x), else Neg(x)."""
+    from onnx import TensorProto, helper
+    then_g = helper.make_graph([helper.make_node("Add", ["x", "x"], ["t1"], name="AddA"),
+                                helper.make_node("Relu", ["t1"], ["t"], name="ReluA")], "then", [],
+                               [helper.make_tensor_value_info("t", TensorProto.FLOAT, None)])
+    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["e"], name="NegB")], "else", [],
+                               [helper.make_tensor_value_info("e", TensorProto.FLOAT, None)])
+    graph = helper.make_graph([helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g,
+                                                name="If_0")], "g",
+                              [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+                               helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_the_profiler_records_the_nodes_of_if_bodies_and_the_table_counts_each_once(tmp_path):
+    import json
+
+    import dynashape
+    from dynashape.cli.profile import op_type_table, own_durations
+    so = dynashape.SessionOptions()
+    so.enable_profiling = True
+    so.profile_file_prefix = str(tmp_path / "p_")
+    sess = dynashape.InferenceSession(_if_model().SerializeToString(), so)
+    for c in (True, False, True):
+        (y,) = sess.run(None, {"c": np.array(c), "x": np.array([1.0, -2.0], np.float32)})
+        np.testing.assert_array_equal(y, [2, 0] if c else [-1, 2])
+    events = json.loads(open(sess.end_profiling()).read())
+    nodes = [(e["name"], e["args"].get("parent"), e["args"]["op_name"]) for e in events if e["cat"] == "Node"]
+    assert nodes == [("If_0_kernel_time", None, "If"), ("If_0/AddA_kernel_time", "If_0", "Add"),
+                     ("If_0/ReluA_kernel_time", "If_0", "Relu"), ("If_0_kernel_time", None, "If"),
+                     ("If_0/NegB_kernel_time", "If_0", "Neg"), ("If_0_kernel_time", None, "If"),
+                     ("If_0/AddA_kernel_time", "If_0", "Add"), ("If_0/ReluA_kernel_time", "If_0", "Relu")]
+    own = {e["name"] + str(e["ts"]): d for e, d in own_durations(events)}
+    ifs = [e for e in events if e.get("name") == "If_0_kernel_time"]
+    children = [e for e in events if (e.get("args") or {}).get("parent") == "If_0"]
+    assert sum(own[e["name"] + str(e["ts"])] for e in ifs) == pytest.approx(
+        sum(e["dur"] for e in ifs) - sum(e["dur"] for e in children), abs=1.0)
+    table = {r["op_type"]: r for r in op_type_table(events)}
+    assert {k: r["calls"] for k, r in table.items()} == {"If": 3, "Add": 2, "Relu": 2, "Neg": 1}
+    node_us = sum(e["dur"] for e in events if e["cat"] == "Node" and "parent" not in e["args"])
+    assert sum(r["total_ms"] for r in table.values()) * 1e3 == pytest.approx(node_us, abs=1.0)
