@@ -15,7 +15,9 @@ def _dims(shape) -> Any:
 
 
 def inspect_session(sess: InferenceSession) -> dict:
-    """``{"tensors": [...], "summary": {...}}`` for the graph inputs and every node output.
+    """``{"tensors": [...], "summary": {...}}`` for the graph inputs and every node output,
+    then the tensors of If/Loop/Scan bodies (named ``<node>/<attribute>/<tensor>``; the
+    bodies are compiled for it).
 
     Each tensor: ``name``, ``dtype`` (numpy name), ``shape`` (int or str per dim, None when
     the rank is unknown), ``producer`` (op type, or "input" / "constant-folded"),
@@ -54,9 +56,38 @@ def inspect_session(sess: InferenceSession) -> dict:
             dtype = sg.dtypes[s].name if sg.dtypes[s] is not None else None
         tensors.append({"name": pg.names[s], "dtype": dtype, "shape": shape, "producer": op_type,
                         "plugin": plugin, "data_dependent": dd})
+    for pn in pg.nodes:
+        tensors.extend(_body_tensors(pn.node, sess.program.services, pn.node.name))
     n_dd = sum(t["data_dependent"] for t in tensors)
     return {"tensors": tensors,
             "summary": {"tensors": len(tensors), "fully_symbolic": len(tensors) - n_dd, "data_dependent": n_dd}}
+
+
+def _body_tensors(node, services, scope: str) -> list:
+    """The tensors of ``node``'s subgraphs (If branches, Loop/Scan bodies, nested ones too),
+    named ``<node>/<attribute>/<tensor>``, shapes in the symbols of the body's inputs (a dim
+    it takes from outside keeps the outer symbol)."""
+    from .model import Graph
+
+    out = []
+    for attr, value in node.attrs.items():
+        graphs = [value] if isinstance(value, Graph) else [g for g in value if isinstance(g, Graph)] \
+            if isinstance(value, list) else []
+        for graph in graphs:
+            runner = services.subgraph(graph)
+            program = runner.program
+            pg, sg = program.pg, program.sg
+            producers = {o: pn.node.op_type for pn in pg.nodes for o in pn.outputs if o >= 0}
+            plugins = {o: pn.opdef.plugin for pn in pg.nodes for o in pn.outputs if o >= 0}
+            where = f"{scope}/{attr}"
+            for s in list(pg.input_slots) + sorted(producers):
+                out.append({"name": f"{where}/{pg.names[s]}",
+                            "dtype": sg.dtypes[s].name if sg.dtypes[s] is not None else None,
+                            "shape": _dims(sg.shapes[s]), "producer": producers.get(s, "input"),
+                            "plugin": plugins.get(s, ""), "data_dependent": sg.is_data_dependent(s)})
+            for pn in pg.nodes:
+                out.extend(_body_tensors(pn.node, program.services, f"{where}/{pn.node.name}"))
+    return out
 
 
 def inspect_model(model: Any, registry: Any = None) -> dict:

@@ -202,3 +202,16 @@ def test_inspect_shows_a_model_with_an_unregistered_op_and_flags_it(tmp_path):
     assert report["summary"]["missing"] == ["my.domain::FancyOp"] and report["tensors"][2]["plugin"] == "MISSING"
     result = CliRunner().invoke(main, ["inspect", str(path), "--rewrites"])
     assert result.exit_code == 1 and "FancyOp" in result.output and "Traceback" not in result.output
+
+
+def test_inspect_lists_the_tensors_of_if_branches_with_their_symbolic_shapes(tmp_path):
+    from tests.core.test_cli_tools import _if_model
+    path = tmp_path / "if.onnx"
+    onnx.save(_if_model(), path)
+    code, out = _invoke("inspect", str(path), "--format", "json")
+    assert code == 0, out
+    tensors = {t["name"]: (t["shape"], t["producer"]) for t in json.loads(out)["tensors"]}
+    assert tensors == {"c": ([], "input"), "x": (["n"], "input"), "y": (None, "If"),
+                       "If_0/then_branch/x": (["n"], "input"), "If_0/then_branch/t1": (["n"], "Add"),
+                       "If_0/then_branch/t": (["n"], "Relu"), "If_0/else_branch/x": (["n"], "input"),
+                       "If_0/else_branch/e": (["n"], "Neg")}
