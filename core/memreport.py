@@ -36,8 +36,11 @@ def plan_report(session, plan) -> dict:
     ``planning_ms`` (lifetimes and offsets), ``ratio`` (arena / lower bound), ``strategy``,
     ``steps``, ``nodes``, ``blocks`` (id, bytes, first, last, offset), ``tensors`` (name,
     dtype, shape, bytes, kind own/view/inplace, block, first = step that writes it, last =
-    last step that reads it, offset), ``unplanned`` (tensors written at run time: graph
-    outputs and data-dependent shapes).
+    last step that reads it, offset), ``unplanned`` (tensors written at run time) and
+    ``unplanned_kinds`` (how many of them have a ``data-dependent`` shape (as ``inspect``
+    counts them), are other graph outputs, or are ``kernel-made``: a kernel returning an
+    array of its own); ``later`` (the tensors from the first data-dependent node on, whose
+    plans are made when a run gets there) and ``binding_ops`` (those nodes' op types).
     """
     mem = plan.memory
     names = plan.program.slot_names
@@ -64,7 +67,12 @@ def plan_report(session, plan) -> dict:
                             "shape": None if shape is None else [int(d) for d in shape], "bytes": nbytes,
                             "kind": kind, "block": b.id, "first": step, "last": end,
                             "offset": offset if pool else None, "_draw_offset": offset})
-    unplanned = sorted({names[o] for st in plan.steps for o in st.outputs if o >= 0 and o not in planned})
+    unplanned_slots = {o for st in plan.steps for o in st.outputs if o >= 0 and o not in planned}
+    unplanned = sorted(names[o] for o in unplanned_slots)
+    sg = plan.program.sg
+    kinds = {"data-dependent": 0, "graph output": 0, "kernel-made": 0}
+    for o in unplanned_slots:
+        kinds["data-dependent" if sg.is_data_dependent(o) else "graph output" if o in outputs else "kernel-made"] += 1
     return {"allocator": plan.allocator,
             "arena_bytes": int(mem.arena_bytes) if mem is not None else 0,
             "lower_bound_bytes": int(mem.lower_bound_bytes) if mem is not None else 0,
@@ -73,7 +81,20 @@ def plan_report(session, plan) -> dict:
             "ratio": float(mem.ratio) if mem is not None else 1.0,
             "strategy": mem.strategy if mem is not None else "",
             "steps": n_steps, "nodes": len(session.graph.nodes),
-            "blocks": blocks, "tensors": tensors, "unplanned": unplanned}
+            "blocks": blocks, "tensors": tensors, "unplanned": unplanned, "unplanned_kinds": kinds,
+            **_later(plan)}
+
+
+def _later(plan) -> dict:
+    """The tensors a plan of the first segment leaves to the plans made at run time."""
+    program, seg = plan.program, plan.segment
+    pg = program.pg
+    slots = [o for i in seg.binding for o in pg.nodes[i].outputs if o >= 0]
+    for later in program.segments[seg.index + 1:]:
+        slots.extend(o for st in later.steps for o in st.outputs if o >= 0)
+        slots.extend(o for i in later.binding for o in pg.nodes[i].outputs if o >= 0)
+    ops = sorted({pg.nodes[i].node.op_type for s_ in program.segments[seg.index:] for i in s_.binding})
+    return {"later": [program.slot_names[o] for o in dict.fromkeys(slots)], "binding_ops": ops}
 
 
 def public(report: dict) -> dict:
@@ -111,7 +132,7 @@ def format_table(report: dict, max_name: int = 96) -> str:
     lines.append("")
     lines.append(f"{len(report['tensors'])} planned tensors in {len(report['blocks'])} blocks "
                  f"({n_views} views, {n_inplace} in place) over {report['steps']} steps; "
-                 f"{len(report['unplanned'])} written at run time (graph outputs, data-dependent)")
+                 f"{_unplanned_text(report)}" + _later_text(report))
     lines.append(f"allocator:   {report['allocator']} ({report['strategy']})")
     lines.append(f"arena:       {report['arena_bytes']} bytes ({_fmt_bytes(report['arena_bytes'])})")
     lines.append(f"lower bound: {report['lower_bound_bytes']} bytes ({_fmt_bytes(report['lower_bound_bytes'])}); "
@@ -119,6 +140,21 @@ def format_table(report: dict, max_name: int = 96) -> str:
     lines.append(f"naive:       {report['naive_bytes']} bytes ({_fmt_bytes(report['naive_bytes'])})")
     lines.append(f"planning:    {report['planning_ms']:.3f} ms")
     return "\n".join(lines)
+
+
+def _later_text(report: dict) -> str:
+    later = report.get("later") or []
+    if not later:
+        return ""
+    return (f"; {len(later)} more from the first data-dependent node on ({', '.join(report['binding_ops'])}), "
+            "planned when a run gets there")
+
+
+def _unplanned_text(report: dict) -> str:
+    """``4 written at run time (1 data-dependent, 2 graph outputs, 1 kernel-made)``."""
+    kinds = report.get("unplanned_kinds") or {}
+    parts = ", ".join(f"{n} {k}{'s' if k == 'graph output' and n != 1 else ''}" for k, n in kinds.items())
+    return f"{len(report['unplanned'])} written at run time" + (f" ({parts})" if parts else "")
 
 
 _COLORS = {OWN: "#4c78a8", INPLACE: "#f58518", VIEW: "#54a24b"}

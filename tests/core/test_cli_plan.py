@@ -203,3 +203,25 @@ def test_long_tensor_names_keep_their_distinct_ends(tmp_path):
     rows = [line.split()[0] for line in result.output.splitlines() if "LayerNorm_output_0" in line]
     assert len(rows) == len(set(rows)) == 3 and all(r.endswith(f"layer.{i}/LayerNorm_output_0")
                                                      for i, r in zip((1, 2, 3), rows))
+
+
+def test_plan_says_what_is_written_at_run_time_and_what_is_planned_after_a_data_dependent_node(tmp_path):
+    """The counts ``inspect`` gives (data-dependent tensors) and what ``plan`` leaves to run
+    time agree: a NonZero's output and what follows it are planned when a run gets there."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, None)
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("NonZero", ["r"], ["idx"]),
+                               helper.make_node("Cast", ["idx"], ["y"], to=TensorProto.FLOAT),
+                               helper.make_node("Neg", ["r"], ["z"])], "g", [x], [y, z])
+    path = tmp_path / "nz.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    result = CliRunner().invoke(main, ["plan", str(path), "--dim", "n=5", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["later"] == ["idx", "y", "z"] and report["binding_ops"] == ["NonZero"]
+    assert report["unplanned_kinds"] == {"data-dependent": 0, "graph output": 0, "kernel-made": 0}
+    result = CliRunner().invoke(main, ["plan", str(path), "--dim", "n=5"])
+    assert "; 3 more from the first data-dependent node on (NonZero), planned when a run gets there" in result.output
+    inspect = json.loads(CliRunner().invoke(main, ["inspect", str(path), "--format", "json"]).output)
+    assert sorted(t["name"] for t in inspect["tensors"] if t["data_dependent"]) == ["idx", "y"]
