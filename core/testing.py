@@ -62,10 +62,25 @@ def infer_node(op_type: str, inputs: Sequence[Optional[np.ndarray]], attrs: Opti
 def run_node(op_type: str, inputs: Sequence[Optional[np.ndarray]], attrs: Optional[dict] = None, *,
              opset: int = 21, domain: str = "", n_outputs: int = 1) -> list[Any]:
     """Infer, allocate and run one node through the registry; returns its outputs
-    (floating-point errors quiet, as in a session's run)."""
+    (floating-point errors quiet, as in a session's run). ``n_outputs``: how many outputs the
+    node has (an op with several, such as TopK's values and indices, needs them all).
+
+    Raises:
+        ShapeInferenceError: the op's rule rejects the inputs.
+        ExecutionError: the kernel failed (one that reads an output the node lacks says to
+            pass ``n_outputs``).
+    """
+    from .errors import ExecutionError
+
     pn = _prepared_node(op_type, inputs, attrs, opset, domain, n_outputs)
     registry = get_registry()
-    return run_dynamic(pn, registry, _arrays(inputs), NodeServices({domain: opset}, registry))
+    try:
+        return run_dynamic(pn, registry, _arrays(inputs), NodeServices({domain: opset}, registry))
+    except ExecutionError as exc:
+        if isinstance(exc.__cause__, IndexError) or "IndexError" in str(exc):
+            raise ExecutionError(f"{exc} (the node has {n_outputs} output(s): an op with more needs "
+                                 f"n_outputs=, e.g. run_node({op_type!r}, ..., n_outputs=2))") from exc
+        raise
 
 
 def infer_symbolic(op_type: str, shapes: Sequence, dtypes: Sequence, attrs: Optional[dict] = None,
