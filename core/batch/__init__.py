@@ -6,7 +6,7 @@ every worker re-uses a handful of cached plans; locally or on Ray Data.
     ds.map_batches(Predictor, fn_constructor_kwargs={"model": ray.put(model_bytes)},
                    compute=ray.data.ActorPoolStrategy(size=4), batch_size=256, batch_format="numpy")
     result = run_local("model.onnx", {"input_ids": rows})          # one process, no Ray
-    result = run_ray("model.onnx", "corpus.parquet", concurrency=4)  # pip install "dynashape[ray]"
+    result = run_ray("model.onnx", "corpus.parquet", concurrency=4)  # pip install ".[ray]" (in the checkout)
 
 Modules, in the order data flows: :mod:`~dynashape.batch.axes` (batch and length axes from
 the symbolic shapes), :mod:`~dynashape.batch.buckets` (bucket choice, padding, cutting

@@ -4,12 +4,13 @@ Read (:func:`read_columns`), ``{column: list of per-row arrays}``:
 
 * ``.parquet``: one column per model input. A list column is a variable-length input (row
   ``i`` is the list of row ``i``; lists of lists are 2-D rows); a plain column holds one
-  value per row. Needs pyarrow (``pip install "dynashape[ray]"``).
+  value per row. Needs pyarrow (``pip install pyarrow``, or ``pip install ".[ray]"`` in the checkout).
 * ``.npz``: one array per input, axis 0 the rows (every row the same shape); a ragged column
   ``NAME`` is stored flat with ``NAME__shape`` (int64 ``[rows, row ndim]``: each row's shape,
   rows concatenated in order after ``ravel``), as :func:`write_columns` writes it.
-* a folder: ``*.npy`` files, one row each in file-name order, for a one-input model (or whose
-  input name is given); or one sub-folder per input name, each with one ``.npy`` per row.
+* a folder: ``*.npy`` files, one row each in file-name order, for a model with one input
+  that has no default (a ``*mask*`` or ``*type_ids*`` input is filled in by the predictor);
+  or one sub-folder per input name, each with one ``.npy`` per row.
 
 Write (:func:`write_columns`), one column / array per output, one row per input row in
 input order: ``.parquet`` (rows of rank >= 1 as nested lists) or ``.npz`` (as above).
@@ -37,7 +38,8 @@ def _pyarrow():
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
-        raise InvalidArgumentError("Parquet needs pyarrow: pip install \"dynashape[ray]\" (or pyarrow)") from None
+        raise InvalidArgumentError("Parquet needs pyarrow: pip install pyarrow (or pip install \".[ray]\" in the "
+                                   "dynashape checkout)") from None
     return pa, pq
 
 
@@ -128,8 +130,19 @@ def _write_parquet(path: Path, columns: Mapping[str, Sequence[np.ndarray]]) -> N
 
 # --------------------------------------------------------------------------- NPZ / .npy
 def _read_npz(path: Path) -> dict:
+    arrays = {}
     with np.load(path, allow_pickle=False) as data:
-        arrays = {k: data[k] for k in data.files}
+        for k in data.files:
+            try:
+                arrays[k] = data[k]
+            except ValueError as exc:
+                if "allow_pickle" not in str(exc):
+                    raise
+                raise InvalidFeedError(
+                    f"'{path}': '{k}' is an object array (rows of different lengths?), which .npz columns cannot "
+                    f"be: store a ragged column flat as '{k}' (the rows concatenated after ravel) with "
+                    f"'{k}{SHAPE_SUFFIX}' (int64 [rows, row ndim]: each row's shape), as "
+                    "dynashape.batch.io.write_columns writes it") from None
     columns = {}
     for name, arr in arrays.items():
         if name.endswith(SHAPE_SUFFIX) and name[:-len(SHAPE_SUFFIX)] in arrays:
@@ -164,14 +177,18 @@ def _read_folder(path: Path, input_names: Sequence[str]) -> dict:
     subdirs = [n for n in input_names if (path / n).is_dir()]
     if subdirs:
         return {n: [np.load(f, allow_pickle=False) for f in sorted((path / n).glob("*.npy"))] for n in subdirs}
+    from .columns import default_fill
+
     files = sorted(path.glob("*.npy"))
     if not files:
         raise InvalidFeedError(f"folder '{path}' has no .npy files and no sub-folder named after an input "
                                f"{list(input_names)}")
-    if len(input_names) != 1:
+    needed = [n for n in input_names if default_fill(n) is None] if len(input_names) > 1 else list(input_names)
+    if len(needed) != 1:
         raise InvalidFeedError(f"folder '{path}' holds .npy rows for one input, the model has {len(input_names)} "
-                               f"{list(input_names)}: put each input's rows in a sub-folder named after it")
-    return {input_names[0]: [np.load(f, allow_pickle=False) for f in files]}
+                               f"{list(input_names)} of which {len(needed)} have no default ({needed}): put each "
+                               "input's rows in a sub-folder named after it")
+    return {needed[0]: [np.load(f, allow_pickle=False) for f in files]}
 
 
 # --------------------------------------------------------------------------- entry points

@@ -6,7 +6,8 @@ The model's bytes go into Ray's object store once (``ray.put``); every actor fet
 when it starts and compiles one session, so a batch never re-reads the model. Rows keep their
 order (``DataContext.execution_options.preserve_order``) and come back to the driver. Each
 actor reports its :class:`~dynashape.batch.BatchStats` after every call to a small stats
-actor, read at the end (per-worker plan-cache hit rates). Needs ``pip install "dynashape[ray]"``.
+actor, read at the end (per-worker plan-cache hit rates). Needs ray[data] and pyarrow
+(``pip install ".[ray]"`` in the checkout).
 """
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ def import_ray():
         import ray
         import ray.data  # noqa: F401
     except ImportError:
-        raise InvalidArgumentError('Ray is not installed: pip install "dynashape[ray]" (ray[data], pyarrow)') from None
+        raise InvalidArgumentError('Ray is not installed: pip install "ray[data]" pyarrow (or pip install ".[ray]" in '
+                                   'the dynashape checkout)') from None
     return ray
 
 

@@ -72,15 +72,19 @@ def _number(text: str, item: str):
                    "repeatable")
 @click.option("--outputs", "output_names", default=None, metavar="NAME,...", help="the outputs to write (default all)")
 @click.option("--allocator", type=click.Choice(["pool", "naive"]), default="pool", show_default=True)
+@click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
+              help="intra-op (BLAS and kernel) threads of each worker's session: with several workers on one "
+                   "machine keep threads x workers within its cores")
 def batch(model: str, data: str, out: str, ray_address: Optional[str], concurrency: int, batch_size: int,
           rows_per_call: Optional[int], buckets: str, no_pad_batch: bool, pads, output_names: Optional[str],
-          allocator: str) -> None:
+          allocator: str, threads: int) -> None:
     """Predict every row of DATA (--input) with MODEL and write the outputs to OUT (--output).
 
     Rows whose inputs vary in length are padded to the smallest length bucket that fits, run in
     batches per bucket (so each worker re-uses a few cached plans) and cut back to their true
     length wherever an output's symbolic shape says its axis follows that length. Missing
-    *mask* inputs are ones over each row, missing *type_ids* zeros.
+    *mask* inputs are ones over each row, missing *type_ids* zeros. Columns of the input that
+    are not model inputs (an ``id``) are written to OUT too, before the outputs.
 
     Errors (a model that cannot be loaded, batched or run, rows that do not fit, an unreadable
     file) are one 'Error: ...' line and exit code 1; bad options exit with code 2.
@@ -89,6 +93,7 @@ def batch(model: str, data: str, out: str, ray_address: Optional[str], concurren
     from ..batch.buckets import parse_buckets
     from ..batch.stats import summary_lines
     from ..model import load_model
+    from ..options import SessionOptions
 
     if Path(out).suffix not in io.FORMATS:
         raise click.BadParameter(f"'{out}': the output must end in .parquet or .npz", param_hint="'--output'")
@@ -100,15 +105,19 @@ def batch(model: str, data: str, out: str, ray_address: Optional[str], concurren
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="'--buckets'") from None
         inputs = [vi.name for vi in load_model(model).graph.inputs]
+        sess_options = SessionOptions()
+        sess_options.intra_op_num_threads = threads
         options = dict(buckets=bucket_spec, pad_values=_pad_values(pads, inputs), batch_size=batch_size,
-                       pad_batch=not no_pad_batch, allocator=allocator)
+                       pad_batch=not no_pad_batch, allocator=allocator, sess_options=sess_options)
         names = [n.strip() for n in output_names.split(",") if n.strip()] if output_names else None
         if ray_address is None:
             from ..batch.local_runner import run_local
             from ..batch.predictor import Predictor
 
             predictor = Predictor(model, names, keep_columns=False, **options)
-            result = run_local(predictor, io.read_columns(data, inputs), rows_per_call=rows_per_call, progress=True)
+            columns = io.read_columns(data, inputs)
+            result = run_local(predictor, {k: v for k, v in columns.items() if k in inputs},
+                               rows_per_call=rows_per_call, progress=True)
         else:
             from ..batch.ray_runner import quiet_ray_data_logs, ray_cluster, run_ray
 
@@ -116,9 +125,23 @@ def batch(model: str, data: str, out: str, ray_address: Optional[str], concurren
             # read here: the outputs come back here anyway, and Ray's own read tasks would need CPUs beside the actors
             columns = io.read_columns(data, inputs)
             with ray_cluster(ray_address, log_to_driver=False):   # "local": ray.init(address="local")
-                result = run_ray(model, columns, names, concurrency=concurrency, rows_per_call=rows_per_call,
-                                 progress=True, **options)
-        io.write_columns(out, result.outputs)
+                result = run_ray(model, {k: v for k, v in columns.items() if k in inputs}, names,
+                                 concurrency=concurrency, rows_per_call=rows_per_call, progress=True, **options)
+        kept = {k: v for k, v in columns.items() if k not in inputs and k not in result.outputs}
+        io.write_columns(out, {**kept, **result.outputs})
     for line in summary_lines(result, bucket_spec):
         click.echo(line)
-    click.echo(f"wrote {out}")
+    if ray_address is not None:
+        _idle_workers_note(result, concurrency, rows_per_call or 8 * batch_size)
+    click.echo(f"wrote {out}" + (f" (with the input's {', '.join(kept)} column(s))" if kept else ""))
+
+
+def _idle_workers_note(result, concurrency: int, rows_per_call: int) -> None:
+    """Say why fewer workers than --concurrency got rows: Ray hands a worker whole calls."""
+    busy = sum(1 for w in result.workers if w.rows)
+    if busy >= concurrency:
+        return
+    calls = -(-result.rows // rows_per_call)
+    click.echo(f"note: {busy} of {concurrency} workers got rows: {result.rows} rows make {calls} call(s) of up to "
+               f"{rows_per_call} rows (--rows-per-call) and a call goes to one worker; a smaller --rows-per-call "
+               "spreads them")

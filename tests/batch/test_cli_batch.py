@@ -47,12 +47,13 @@ def test_batch_on_a_parquet_file_of_1000_rows_writes_every_row_cut_to_its_length
     assert "buckets 16,32,64" in lines[1]
     assert any(line.startswith("  worker ") and "1000 rows" in line for line in lines)
     assert "output last_hidden_state: float32 [*, 32]" in out and "output pooler_output: float32 [32]" in out
-    assert lines[-1] == f"wrote {tmp_path / 'out.parquet'}"
+    assert lines[-1] == f"wrote {tmp_path / 'out.parquet'} (with the input's id column(s))"
     overhead = float(next(line for line in lines if line.startswith("padding overhead:")).split()[2])
     real = sum(len(r) for r in rows)
     assert 0 < overhead < 100 * (64 * 1000 - real) / real        # below padding everything to 64
     got = read_columns(tmp_path / "out.parquet")
-    assert list(got) == NAMES
+    assert list(got) == ["id"] + NAMES
+    np.testing.assert_array_equal(np.asarray(got["id"]), np.arange(1000))     # (the ids stay with their rows)
     assert_rows_match(got, NAMES, reference, "cli parquet")
 
 
@@ -89,3 +90,37 @@ def test_batch_refuses_a_model_that_cannot_be_batched(tmp_path):
     write_columns(tmp_path / "in.npz", {"x": [np.zeros(3, np.float32)]})
     code, out = _invoke("batch", tmp_path / "m.onnx", "--input", tmp_path / "in.npz", "--output", tmp_path / "o.npz")
     assert code == 1 and out.startswith("Error: input 'x' has a fixed batch dim 1"), out
+
+
+def test_a_folder_of_npy_rows_feeds_the_one_input_without_a_default(model, tmp_path):
+    """bert_encoder has input_ids, attention_mask and token_type_ids: bare .npy rows are the
+    input_ids (the mask and type ids are filled in, as from NPZ and Parquet)."""
+    rows, reference = _corpus()
+    folder = tmp_path / "rows"
+    folder.mkdir()
+    for i, r in enumerate(rows[:20]):
+        np.save(folder / f"{i:04d}.npy", r)
+    code, out = _invoke("batch", model, "--input", folder, "--output", tmp_path / "out.npz", "--threads", "1")
+    assert code == 0, out
+    assert_rows_match(read_columns(tmp_path / "out.npz"), NAMES, reference[:20], "npy folder")
+
+
+def test_an_object_array_npz_is_refused_with_the_ragged_layout(model, tmp_path):
+    np.savez(tmp_path / "in.npz", input_ids=np.array([np.zeros(3, np.int64), np.zeros(5, np.int64)], dtype=object))
+    code, out = _invoke("batch", model, "--input", tmp_path / "in.npz", "--output", tmp_path / "out.npz")
+    assert code == 1 and "Traceback" not in out
+    assert "'input_ids' is an object array (rows of different lengths?)" in out
+    assert "'input_ids__shape' (int64 [rows, row ndim]: each row's shape)" in out
+
+
+def test_fewer_busy_workers_than_asked_for_are_explained(capsys):
+    from types import SimpleNamespace
+
+    from dynashape.cli.batch import _idle_workers_note
+    result = SimpleNamespace(rows=500, workers=[SimpleNamespace(rows=500), SimpleNamespace(rows=0)])
+    _idle_workers_note(result, 2, 256)
+    assert capsys.readouterr().out.strip() == (
+        "note: 1 of 2 workers got rows: 500 rows make 2 call(s) of up to 256 rows (--rows-per-call) and a call goes "
+        "to one worker; a smaller --rows-per-call spreads them")
+    _idle_workers_note(SimpleNamespace(rows=500, workers=[SimpleNamespace(rows=250)] * 2), 2, 256)
+    assert capsys.readouterr().out == ""
