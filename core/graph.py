@@ -13,7 +13,7 @@ import numpy as np
 from .errors import InvalidAttributeError, UndefinedValueError, UnsupportedOperatorError
 from .model import Graph, Model, Node, ValueInfo, input_dim_exprs
 from .records import OpDef
-from .registry import Registry
+from .registry import Registry, plugin_provides
 from .weight_arena import WeightArena
 from .weights import release_view
 
@@ -231,23 +231,46 @@ def _check_node(opdef: OpDef, node: Node, opset: int, graph: str) -> None:
                                     node=node.name, op_type=node.op_type, graph=graph)
 
 
-#: domains whose operators a known plugin provides, and how to get it
+#: domains some of whose operators a known plugin provides: (what they are, the plugin's
+#: entry-point name, its distribution, how to install it)
 _PLUGIN_HINTS = {
-    "com.microsoft": "ONNX Runtime's contrib ops (com.microsoft) come with the dynashape-contrib-ops plugin: "
-                     "pip install ./plugins_example (in the dynashape repository)",
+    "com.microsoft": ("ONNX Runtime's contrib ops (com.microsoft)", "example", "dynashape-contrib-ops",
+                      "pip install ./plugins_example (in the dynashape repository)"),
 }
+
+
+def _plugin_hint(domain: str, op_types: Sequence[str]) -> str:
+    """The hint naming the known plugin of ``domain`` for its missing ``op_types``: where it
+    is installed but not loaded and provides some of them, those; where it is not installed
+    (which of its ops it has cannot be known), how to install it; "" where it is loaded (it
+    lacks them all), fails to load, or is installed without any of them."""
+    if domain not in _PLUGIN_HINTS:
+        return ""
+    what, name, dist, install = _PLUGIN_HINTS[domain]
+    provides = {op: plugin_provides(name, domain, op) for op in op_types}
+    if all(p is None for p in provides.values()):
+        return f"{what}: many come with the {dist} plugin, which is not installed: {install}"
+    ours = [op for op, p in provides.items() if p]
+    if not ours:
+        return ""
+    return (f"the {dist} plugin (entry point '{name}') provides {', '.join(ours)} but is not loaded: see "
+            "DYNASHAPE_PLUGINS_BLOCK, DYNASHAPE_PLUGINS_ALLOW and DYNASHAPE_NO_ENTRY_POINTS (`dynashape plugins` "
+            "lists the loaded ones)")
 
 
 def _missing_operators(missing: dict) -> UnsupportedOperatorError:
     """One error naming every operator of the graph no plugin defines (with its node count),
-    and which plugin provides them where one is known."""
+    and the known plugin that provides them where there is one."""
+    by_domain: dict = {}
+    for domain, op_type, _ in sorted(missing):
+        by_domain.setdefault(domain, []).append(op_type)
+    hints = [h for h in (_plugin_hint(d, list(dict.fromkeys(ops))) for d, ops in by_domain.items()) if h]
     if len(missing) == 1:
         ((exc, count),) = missing.values()
-        if count == 1 and not any(d in _PLUGIN_HINTS for d, _, _ in missing):
+        if count == 1 and not hints:
             return exc
     parts = [f"{domain or 'ai.onnx'}::{op_type} (opset {opset}, {count} node{'s' if count > 1 else ''})"
              for (domain, op_type, opset), (_, count) in sorted(missing.items())]
-    hints = sorted({_PLUGIN_HINTS[d] for d, _, _ in missing if d in _PLUGIN_HINTS})
     hint = "; ".join(hints) if hints else "a plugin may provide them (`dynashape plugins` lists the loaded ones)"
     return UnsupportedOperatorError(f"{len(missing)} operator(s) of the model have no registered definition: "
                                     f"{', '.join(parts)}. {hint}")

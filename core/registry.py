@@ -37,7 +37,7 @@ from .rewrite import RewriteDef
 from .usercache import cache_dir, read_json, write_json
 
 __all__ = ["Registry", "get_registry", "register_plugin", "unregister_plugin",
-           "plugin_manager", "load_entry_points", "plugin_load_errors"]
+           "plugin_manager", "load_entry_points", "plugin_load_errors", "plugin_provides"]
 
 ENTRY_POINT_GROUP = "dynashape"
 
@@ -405,6 +405,35 @@ def _still_valid(stamp: Any, entries: list) -> Optional[list]:
         return now
     except (TypeError, ValueError):   # a stamp of another form (an earlier version's)
         return None
+
+
+def plugin_provides(name: str, domain: str, op_type: str) -> Optional[bool]:
+    """Whether the entry-point plugin ``name`` provides the op ``domain::op_type``.
+
+    False when the plugin is loaded (the registry holds every op of a loaded plugin: one it
+    lacks is not the plugin's) or its entry point fails to load; for one installed but not
+    loaded (``DYNASHAPE_PLUGINS_BLOCK``, ``DYNASHAPE_PLUGINS_ALLOW``,
+    ``DYNASHAPE_NO_ENTRY_POINTS``), whether its hooks declare the op (its entry point is
+    loaded, not registered: a lazy plugin imports its index only); None when it is not
+    installed (nothing can tell). For error messages that name a plugin.
+    """
+    if plugin_manager().has_plugin(name):
+        return False
+    ep = next((e for e in _entry_points() if e.name == name), None)
+    if ep is None:
+        return None
+    try:
+        plugin = ep.load()
+        keys = {key for lib in _hook(plugin, "dynashape_register_libraries") for key in lib.keys}
+        keys |= {(op.domain, op.op_type) for op in _hook(plugin, "dynashape_register_ops")}
+    except Exception:  # noqa: BLE001 - a broken plugin is named by its load warning, not here
+        return False
+    return (domain, op_type) in keys
+
+
+def _hook(plugin: Any, hook: str) -> list:
+    fn = getattr(plugin, hook, None)
+    return list(fn() or ()) if callable(fn) else []
 
 
 def plugin_load_errors() -> dict[str, str]:

@@ -4,7 +4,8 @@ One module per op family (``shape_ops``, ``tensor_ops``, ``elementwise``, ``acti
 ``reduction``, ``linalg``, ``nn``, ``resize``, ``rnn``, ``control_flow``, ``quantization``,
 ``attention``, ``normalization``, ``loss``, ``detection``, ``image``, ``sequence``,
 ``signal``, ``text``, ``training``, ``random``, and the ``ai.onnx.ml`` families ``ml``, ``ml_linear``,
-``ml_maps``, ...), the fused ops the rewrites make (``fusions``) and the graph rewrites (``rewrites``); each holds an
+``ml_tree``, ``ml_svm``, ``ml_maps``, ``ml_encode``, ...), the fused ops the rewrites make
+(``fusions``) and the graph rewrites (``rewrites``); each holds an
 :class:`~dynashape.records.OpLibrary` named ``lib``. Find an op by its ONNX name there.
 
 The families are lazy libraries (:class:`~dynashape.records.LazyLibrary`): a family is
@@ -22,7 +23,10 @@ FAMILIES = ("shape_ops", "tensor_ops", "elementwise", "activations", "reduction"
             "detection", "image", "sequence", "signal", "text", "training", "random",
             "ml",
             "ml_linear",
+            "ml_tree",
+            "ml_svm",
             "ml_maps",
+            "ml_encode",
             "fusions", "rewrites")
 #: the command that regenerates :mod:`.index`
 INDEX_COMMAND = "python -m dynashape.ops_builtin"

@@ -267,10 +267,23 @@ INDEX = {
         ('ai.onnx.ml', 'Normalizer'),
         ('ai.onnx.ml', 'Scaler'),
     )),
+    'dynashape.ops_builtin.ml_tree': (False, (
+        ('ai.onnx.ml', 'TreeEnsembleClassifier'),
+        ('ai.onnx.ml', 'TreeEnsembleRegressor'),
+    )),
+    'dynashape.ops_builtin.ml_svm': (False, (
+        ('ai.onnx.ml', 'SVMClassifier'),
+        ('ai.onnx.ml', 'SVMRegressor'),
+    )),
     'dynashape.ops_builtin.ml_maps': (False, (
         ('ai.onnx.ml', 'CastMap'),
         ('ai.onnx.ml', 'DictVectorizer'),
         ('ai.onnx.ml', 'ZipMap'),
+    )),
+    'dynashape.ops_builtin.ml_encode': (False, (
+        ('ai.onnx.ml', 'CategoryMapper'),
+        ('ai.onnx.ml', 'FeatureVectorizer'),
+        ('ai.onnx.ml', 'OneHotEncoder'),
     )),
     'dynashape.ops_builtin.fusions': (False, (
         ('dynashape', 'FusedAttention'),

@@ -3,8 +3,9 @@ TreeEnsemble, ArrayFeatureExtractor, Binarizer.
 
 LabelEncoder looks values up in its sorted keys (``searchsorted``, last repeated key
 wins); TreeEnsemble walks every (sample, tree) pair one level per step, all pairs at once,
-so the Python loop runs over the trees' depth only; aggregation is one ``bincount`` (or
-``minimum.at`` / ``maximum.at``).
+so the Python loop runs over the trees' depth only (:func:`walk_trees`, which the older tree
+ensembles of :mod:`.ml_tree` share); aggregation is one ``bincount`` (or ``minimum.at`` /
+``maximum.at``).
 
 Source: ONNX operator spec (Operators-ml.md): LabelEncoder-1/2/4, TreeEnsemble-5,
 ArrayFeatureExtractor-1, Binarizer-1.
@@ -261,7 +262,7 @@ def _forest(ctx) -> _Forest:
                      f"is 1 and nodes in [0, {n_nodes}) otherwise", kind="InvalidAttribute")
         children.append(np.where(is_leaf, -ids - 1, ids))
     member_values, member_keys = _membership(ctx, modes)
-    depth = _depth(ctx, roots, children[0], children[1], n_nodes)
+    depth = tree_depth(ctx, roots, children[0], children[1], n_nodes)
     return _Forest(feature=feature, splits=splits, modes=modes, true_child=children[0], false_child=children[1],
                    missing=(missing != 0) if missing is not None else None, roots=roots, targets=targets,
                    weights=weights, n_targets=n_targets, aggregate=aggregate, post=post, depth=depth,
@@ -290,8 +291,9 @@ def _membership(ctx, modes):
     return uniq, keys
 
 
-def _depth(ctx, roots, true_child, false_child, n_nodes) -> int:
-    """The number of levels to walk (fails on a cycle)."""
+def tree_depth(ctx, roots, true_child, false_child, n_nodes) -> int:
+    """The number of levels to walk from the ``roots`` (node positions; children: a node, or a
+    leaf as a negative code). Fails on a cycle."""
     level, depth = np.unique(roots), 0
     while level.size:
         depth += 1
@@ -369,20 +371,39 @@ def post_transform(scores: np.ndarray, post: int) -> np.ndarray:
     return scores
 
 
+def walk_trees(forest, x: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """The leaf each sample reaches in each tree: [N, trees] leaf numbers.
+
+    ``x`` [N, F] in the dtype the splits compare in; ``starts`` one code per tree, a node
+    (>= 0) or a leaf ``-(leaf + 1)`` (a tree that is a single leaf). ``forest`` gives
+    ``feature``, ``splits``, ``modes``, ``present``, ``missing``, ``member_*``,
+    ``true_child`` / ``false_child`` (codes as ``starts``) and ``depth``. Every (sample,
+    tree) pair still on a node takes one step per level, all at once; the pairs that reached
+    a leaf drop out of the (flat) list of those still walking.
+    """
+    n, n_trees = x.shape[0], starts.size
+    cur = np.tile(starts, n)
+    flat_x = np.ascontiguousarray(x).reshape(-1)
+    walking = np.nonzero(cur >= 0)[0]
+    offset = walking // max(n_trees, 1) * x.shape[1]      # where each walking pair's sample starts in flat_x
+    children = np.stack([forest.false_child, forest.true_child], axis=1).reshape(-1)   # node * 2 + went true
+    for _ in range(forest.depth):
+        if walking.size == 0:
+            break
+        nodes = cur[walking]
+        go_true = _branch(forest, nodes, flat_x[offset + forest.feature[nodes]])
+        step = children[nodes * 2 + go_true]
+        cur[walking] = step
+        on = step >= 0
+        walking, offset = walking[on], offset[on]
+    return (-cur - 1).reshape(n, n_trees)
+
+
 @lib.kernel("TreeEnsemble", domain=DOMAIN, prepare=_forest, dtypes=("float32", "float64", "float16"))
 def _tree_ensemble(inputs, outputs, forest):
     x = inputs[0].astype(np.float64)
     n, n_trees = x.shape[0], forest.roots.size
-    cur = np.tile(forest.roots, (n, 1))
-    for _ in range(forest.depth):
-        rows, cols = np.nonzero(cur >= 0)
-        if rows.size == 0:
-            break
-        nodes = cur[rows, cols]
-        values = x[rows, forest.feature[nodes]]
-        go_true = _branch(forest, nodes, values)
-        cur[rows, cols] = np.where(go_true, forest.true_child[nodes], forest.false_child[nodes])
-    leaves = -cur - 1
+    leaves = walk_trees(forest, x, forest.roots)
     flat = (np.arange(n)[:, None] * forest.n_targets + forest.targets[leaves]).reshape(-1)
     weights = forest.weights[leaves].reshape(-1)
     size = n * forest.n_targets

@@ -1,15 +1,20 @@
 """Linear models and preprocessing of the ``ai.onnx.ml`` domain: Scaler, Normalizer, Imputer,
-LinearRegressor (what skl2onnx writes for StandardScaler/MinMaxScaler, Normalizer,
-SimpleImputer and LinearRegression/Ridge/SGDRegressor).
+LinearRegressor, LinearClassifier (what skl2onnx writes for StandardScaler/MinMaxScaler,
+Normalizer, SimpleImputer, LinearRegression/Ridge/SGDRegressor and LogisticRegression/
+SGDClassifier/LinearSVC/RidgeClassifier).
 
 Inputs are [N, C] (one row per sample) or [C] (one sample); the feature count C is the last
 dim, checked against the attributes (a guard where it is symbolic). Scaler, Normalizer and
 LinearRegressor compute in float32 and return float32, as onnxruntime's kernels do; Imputer
 keeps the input's type.
 
+The classifiers' scores go through :func:`classifier_transform`, onnxruntime's float32
+post_transforms (``ml_common.h``), which the SVMs (:mod:`.ml_svm`) share.
+
 Source: ONNX operator spec (Operators-ml.md): Scaler-1, Normalizer-1, Imputer-1,
-LinearRegressor-1; onnxruntime's CPU kernels (onnxruntime/core/providers/cpu/ml) where the
-spec leaves a case open (a zero norm, a 1-D regressor input): docs/CONFORMANCE.md.
+LinearRegressor-1, LinearClassifier-1; onnxruntime's CPU kernels
+(onnxruntime/core/providers/cpu/ml) where the spec leaves a case open (a zero norm, a 1-D
+regressor input, a binary classifier's second score): docs/CONFORMANCE.md.
 """
 from __future__ import annotations
 
@@ -24,6 +29,8 @@ from .ml import POST_TRANSFORMS, post_transform
 DOMAIN = "ai.onnx.ml"
 lib = OpLibrary()
 _F32 = np.dtype(np.float32)
+_I64 = np.dtype(np.int64)
+_STRING = np.dtype(object)
 _NUMERIC = ("float32", "float64", "int64", "int32")
 
 
@@ -46,6 +53,15 @@ def _per_feature(ctx, name: str, values, features) -> np.ndarray:
         require(ctx, features, "==", arr.size, f"'{name}' has {arr.size} values, X has {features} features",
                 "FeatureCountMismatch")
     return arr
+
+
+def _post_code(ctx) -> int:
+    """post_transform's code in POST_TRANSFORMS (a name the spec lists, or InvalidAttribute)."""
+    post = ctx.attr("post_transform", "NONE")
+    post = post.decode() if isinstance(post, bytes) else str(post)
+    if post not in POST_TRANSFORMS:
+        ctx.fail(f"post_transform '{post}' is not one of {list(POST_TRANSFORMS)}", kind="InvalidAttribute")
+    return POST_TRANSFORMS.index(post)
 
 
 # Scaler ----------------------------------------------------------------------------------
@@ -175,11 +191,7 @@ def _linear(ctx) -> _Linear:
     intercepts = np.asarray(ctx.attr("intercepts") or [0.0] * targets, np.float32).reshape(-1)
     if intercepts.size not in (1, targets):
         ctx.fail(f"intercepts has {intercepts.size} values, expected {targets}", kind="InvalidAttribute")
-    post = ctx.attr("post_transform", "NONE")
-    post = post.decode() if isinstance(post, bytes) else str(post)
-    if post not in POST_TRANSFORMS:
-        ctx.fail(f"post_transform '{post}' is not one of {list(POST_TRANSFORMS)}", kind="InvalidAttribute")
-    return _Linear(np.ascontiguousarray(coef.reshape(targets, -1).T), intercepts, POST_TRANSFORMS.index(post))
+    return _Linear(np.ascontiguousarray(coef.reshape(targets, -1).T), intercepts, _post_code(ctx))
 
 
 @lib.op("LinearRegressor", since_version=1, domain=DOMAIN, infer_dtype=fixed_dtype(np.float32))
@@ -202,3 +214,170 @@ def _linear_regressor(inputs, outputs, lin: _Linear):
     y += lin.intercepts
     if lin.post:
         y[...] = post_transform(y.astype(np.float64), lin.post)
+
+
+# LinearClassifier ------------------------------------------------------------------------
+
+def class_labels(ctx) -> np.ndarray:
+    """The classifier's labels: ``classlabels_ints`` (int64) or ``classlabels_strings``
+    (object array of str); exactly one must be given and not empty (MissingAttribute,
+    InvalidAttribute otherwise)."""
+    ints, strings = ctx.attr("classlabels_ints"), ctx.attr("classlabels_strings")
+    given = [name for name, v in (("classlabels_ints", ints), ("classlabels_strings", strings))
+             if v is not None and len(v)]
+    if len(given) != 1:
+        ctx.fail("exactly one of classlabels_ints and classlabels_strings must be given (and not empty), got "
+                 f"{', '.join(given) or 'neither'}", kind="MissingAttribute" if not given else "InvalidAttribute")
+    if given[0] == "classlabels_ints":
+        return np.asarray(ints, dtype=np.int64).reshape(-1)
+    texts = [v.decode("utf-8", errors="replace") if isinstance(v, bytes) else str(v) for v in strings]
+    out = np.empty(len(texts), dtype=object)
+    out[:] = texts
+    return out
+
+
+def label_dtype(ctx):
+    """infer_dtype of a classifier: Y int64 or string (the labels' type), Z float32."""
+    strings = ctx.attr("classlabels_strings")
+    return [_STRING if strings is not None and len(strings) else _I64, _F32][:max(ctx.num_outputs, 1)]
+
+
+def write_labels(out, labels: np.ndarray, index: np.ndarray):
+    """``labels[index]`` into the planned output ``out`` (or returned when it is None)."""
+    if out is None:
+        return labels[index]
+    out[...] = labels[index]
+    return out
+
+
+def first_argmax(scores: np.ndarray) -> np.ndarray:
+    """Each row's first largest column, as onnxruntime's loops find it (``s > best``): a NaN
+    in column 0 keeps column 0, a NaN elsewhere is never chosen."""
+    if scores.shape[1] == 0:
+        return np.zeros(scores.shape[0], np.intp)
+    best = scores.argmax(axis=1)       # (numpy's argmax picks a row's first NaN: only then the slow way)
+    if not np.isnan(np.take_along_axis(scores, best[:, None], axis=1)).any():
+        return best
+    first = np.where(np.isnan(scores[:, :1]), np.inf, scores[:, :1])
+    rest = np.where(np.isnan(scores[:, 1:]), -np.inf, scores[:, 1:])
+    return np.argmax(np.concatenate([first, rest], axis=1), axis=1)
+
+
+def logistic32(s: np.ndarray) -> np.ndarray:
+    """onnxruntime's ComputeLogistic in float32: ``1 / (1 + exp(-|s|))``, mirrored for s < 0."""
+    v = np.float32(1) / (np.float32(1) + np.exp(-np.abs(s)))
+    return np.where(s < 0, np.float32(1) - v, v)
+
+
+def probit32(s: np.ndarray) -> np.ndarray:
+    """onnxruntime's ComputeProbit in float32: sqrt(2) * erfinv(2 s - 1), erfinv by Winitzki's
+    approximation (a = 0.147); 0 and 1 give -inf and inf, outside [0, 1] NaN."""
+    f = np.float32
+    x = f(2) * s - f(1)
+    sgn = np.where(x < 0, f(-1), f(1))
+    log = np.log((f(1) - x) * (f(1) + x))
+    v = f(2) / (f(np.pi) * f(0.147)) + f(0.5) * log
+    v3 = -v + np.sqrt(v * v - f(1) / f(0.147) * log)
+    return f(np.sqrt(2)) * (sgn * np.sqrt(v3))
+
+
+def classifier_transform(z: np.ndarray, post: int) -> None:
+    """Apply post_transform ``post`` (code in POST_TRANSFORMS) in place to the float32 scores
+    ``z`` [N, E], E >= 2, row by row as onnxruntime's classifiers do (``ml_common.h``):
+    SOFTMAX ``exp(s - max) / sum``; LOGISTIC and PROBIT per score; SOFTMAX_ZERO a softmax
+    over the scores of magnitude > 1e-7 that leaves the others ~0 (a row of zeros is NaN, 0/0,
+    as onnxruntime)."""
+    if post == 0 or z.size == 0:
+        return
+    f = np.float32
+    if post == 1:
+        e = np.exp(z - z.max(axis=1, keepdims=True))
+        np.divide(e, e.sum(axis=1, keepdims=True), out=z)
+    elif post == 2:
+        z[...] = logistic32(z)
+    elif post == 3:
+        top = np.maximum(z.max(axis=1, keepdims=True), f(-np.finfo(np.float32).max))
+        big = (z > f(1e-7)) | (z < f(-1e-7))
+        e = np.where(big, np.exp(z - top), z * np.exp(-top))
+        np.divide(e, np.where(big, e, f(0)).sum(axis=1, keepdims=True), out=z)
+    else:
+        z[...] = probit32(z)
+
+
+class _LinearClassifier(NamedTuple):
+    weights: np.ndarray      # (C, E), float32
+    intercepts: np.ndarray   # (E,), float32
+    labels: np.ndarray       # int64 or object (str)
+    binary: bool             # one coefficient row, two labels: Z gets two columns
+    post: int
+
+
+def _linear_classifier(ctx) -> _LinearClassifier:
+    _, c = _features(ctx)
+    labels = class_labels(ctx)
+    coef = np.asarray(ctx.attr("coefficients") or [], np.float32).reshape(-1)
+    if coef.size == 0:
+        ctx.fail("attribute 'coefficients' is required (classes x features values)", kind="MissingAttribute")
+    given = ctx.attr("intercepts")
+    targets = len(given) if given is not None and len(given) else labels.size
+    if labels.size != (2 if targets == 1 else targets):
+        ctx.fail(f"{labels.size} class labels for {targets} coefficient rows (intercepts): expected one label "
+                 "per row, or two for a single row (binary)", kind="InvalidAttribute")
+    if coef.size % targets:
+        ctx.fail(f"coefficients has {coef.size} values: expected classes ({targets}) x features",
+                 kind="InvalidAttribute")
+    require(ctx, c * targets, "==", coef.size, f"coefficients has {coef.size} values, X has {c} features and "
+            f"{targets} class(es)", "FeatureCountMismatch")
+    intercepts = (np.asarray(given, np.float32).reshape(-1) if given is not None and len(given)
+                  else np.zeros(targets, np.float32))
+    return _LinearClassifier(np.ascontiguousarray(coef.reshape(targets, -1).T), intercepts, labels,
+                             targets == 1, _post_code(ctx))
+
+
+@lib.op("LinearClassifier", since_version=1, domain=DOMAIN, infer_dtype=label_dtype)
+def _linear_classifier_shape(ctx):
+    """LinearClassifier: scores ``S = X @ coefficients^T + intercepts`` (float32), labels from S.
+
+    X [N, C] (or [C]: one sample, N = 1), any of float/double/int64/int32 (computed in
+    float32). Outputs Y [N] (``classlabels_ints`` int64 or ``classlabels_strings`` string:
+    exactly one given) and Z [N, E] float32. ``coefficients``: E x C values, class-major;
+    ``intercepts``: E values (absent: E is the number of labels, intercepts 0; onnxruntime
+    wants them). E > 1: Y is the label of each row's first largest score, Z the scores after
+    ``post_transform``. One row (E = 1) with two labels (binary): Y is label 1 where S > 0, else
+    label 0; Z is [N, 2] derived from s = S as onnxruntime does: NONE, SOFTMAX, SOFTMAX_ZERO
+    ``[1 - s, s]``, LOGISTIC ``[1 - logistic(s), logistic(s)]``, PROBIT ``[-probit(s),
+    probit(s)]`` (onnxruntime leaves half of Z unwritten there). ``multi_class`` is read by no
+    engine. Raises InvalidDtype, InvalidRank, MissingAttribute, InvalidAttribute (label count,
+    coefficient count, post_transform), FeatureCountMismatch. Source: ONNX operator spec,
+    ai.onnx.ml LinearClassifier-1; onnxruntime linearclassifier.cc, ml_common.h.
+    """
+    shape, _ = _features(ctx)
+    lc = _linear_classifier(ctx)
+    n = shape[0] if len(shape) == 2 else 1
+    return [(n,), (n, 2 if lc.binary else lc.weights.shape[1])]
+
+
+@lib.kernel("LinearClassifier", domain=DOMAIN, prepare=_linear_classifier)
+def _linear_classifier_kernel(inputs, outputs, lc: _LinearClassifier):
+    x = inputs[0].astype(_F32, copy=False).reshape(-1, lc.weights.shape[0])
+    scores = np.matmul(x, lc.weights)
+    scores += lc.intercepts
+    z = outputs[1] if len(outputs) > 1 else None
+    if lc.binary:
+        s = scores[:, 0]
+        y = write_labels(outputs[0], lc.labels, (s > 0).astype(np.intp))
+        if z is not None:
+            if lc.post == 2:      # LOGISTIC: onnxruntime's ComputeLogistic of -s and s
+                z[:, 0], z[:, 1] = logistic32(-s), logistic32(s)
+            elif lc.post == 4:    # PROBIT (onnxruntime: half of Z unwritten): the negated score first
+                z[:, 1] = probit32(s)
+                np.negative(z[:, 1], out=z[:, 0])
+            else:                 # onnxruntime writes [1 - s, s] unchanged for the other transforms
+                np.subtract(np.float32(1), s, out=z[:, 0])
+                z[:, 1] = s
+    else:
+        y = write_labels(outputs[0], lc.labels, first_argmax(scores))
+        if z is not None:
+            np.copyto(z, scores)
+            classifier_transform(z, lc.post)
+    return None if outputs[0] is not None else [y, z]

@@ -42,4 +42,8 @@ INDEX = {
         ('', 'LSTM'),
         ('', 'RNN'),
     )),
+    'dynashape.ops_fast.trees': (False, (
+        ('ai.onnx.ml', 'TreeEnsembleClassifier'),
+        ('ai.onnx.ml', 'TreeEnsembleRegressor'),
+    )),
 }

@@ -15,12 +15,15 @@ handles) and the numpy kernel otherwise, so a node never fails here that would r
 * :mod:`.pool`: the 2-D pools;
 * :mod:`.resize`: Resize;
 * :mod:`.recurrent`: LSTM, GRU, RNN: the whole time loop of a node in one compiled call (BLAS
-  per step through cblas, MLAS's rational sigmoid / tanh for float32).
+  per step through cblas, MLAS's rational sigmoid / tanh for float32);
+* :mod:`.trees`: TreeEnsembleClassifier / TreeEnsembleRegressor (ai.onnx.ml): every sample's
+  trees walked and their leaves' weights added in one pass (the numpy kernel's sums exactly).
 """
 from __future__ import annotations
 
 #: the family modules, in the order their kernels are listed (their index: :mod:`.index`)
-FAMILIES = ("activations", "normalization", "softmax", "conv", "conv_transpose", "pool", "resize", "recurrent")
+FAMILIES = ("activations", "normalization", "softmax", "conv", "conv_transpose", "pool", "resize", "recurrent",
+            "trees")
 #: the command that regenerates :mod:`.index` (both plugins' indexes)
 INDEX_COMMAND = "python -m dynashape.ops_fast"
 

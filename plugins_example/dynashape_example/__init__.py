@@ -2,8 +2,8 @@
 
 Source: ONNX Runtime contrib op docs (docs/ContribOperators.md): ``Gelu``, ``FastGelu`` and
 ``BiasGelu`` in :mod:`.gelu`; ``EmbedLayerNormalization`` and ``SkipLayerNormalization`` in
-:mod:`.layernorm`; ``Attention`` in :mod:`.attention`; the others in :mod:`.activations`,
-:mod:`.mha` and :mod:`.quantization`.
+:mod:`.layernorm`; ``Attention`` in :mod:`.attention`; ``Tokenizer`` in :mod:`.tokenizer`; the others
+in :mod:`.activations`, :mod:`.mha` and :mod:`.quantization`.
 
 Each module is a lazy library: the entry point imports only this package and its index
 (:mod:`.index`, the ops of each module), and a module is imported when a model first uses one
@@ -11,7 +11,7 @@ of its ops. After adding or removing an op, regenerate the index::
 
     dynashape plugins --index dynashape_example.gelu dynashape_example.layernorm \
         dynashape_example.attention dynashape_example.activations dynashape_example.mha \
-        dynashape_example.quantization > plugins_example/dynashape_example/index.py
+        dynashape_example.quantization dynashape_example.tokenizer > plugins_example/dynashape_example/index.py
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
     dynashape plugins --index dynashape_example.gelu dynashape_example.layernorm \
         dynashape_example.attention dynashape_example.activations dynashape_example.mha \
-        dynashape_example.quantization
+        dynashape_example.quantization dynashape_example.tokenizer
 
 Regenerate it after adding or removing an op; do not edit.
 """
@@ -41,5 +41,8 @@ INDEX = {
         ('com.microsoft', 'QLinearGlobalAveragePool'),
         ('com.microsoft', 'QLinearMul'),
         ('com.microsoft', 'QLinearSigmoid'),
+    )),
+    'dynashape_example.tokenizer': (False, (
+        ('com.microsoft', 'Tokenizer'),
     )),
 }

@@ -2,7 +2,12 @@
 conflicts named by plugin, broken entry points skipped."""
 from __future__ import annotations
 
+import importlib.util
+import os
+import subprocess
+import sys
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -373,21 +378,61 @@ def test_check_op_with_a_reference_compares_a_session_and_onnxruntime(registered
                  opset=1, trials=1, reference=halves)
 
 
-def test_every_missing_operator_is_named_with_the_plugin_that_provides_it():
+def _missing_contrib_ops_model(*ops):
+    """com.microsoft nodes ``ops`` (unary, float) in a chain, then a Relu."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])
-    nodes = [helper.make_node("NoSuchA", ["x"], ["a"], domain="com.microsoft"),
-             helper.make_node("NoSuchA", ["a"], ["b"], domain="com.microsoft"),
-             helper.make_node("NoSuchB", ["b"], ["c"], domain="com.microsoft"),
-             helper.make_node("Relu", ["c"], ["y"])]
-    m = helper.make_model(helper.make_graph(nodes, "g", [x], [y]),
-                          opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    names = ["x"] + [f"t{k}" for k in range(len(ops))]
+    nodes = [helper.make_node(op, [names[k]], [names[k + 1]], domain="com.microsoft") for k, op in enumerate(ops)]
+    nodes.append(helper.make_node("Relu", [names[-1]], ["y"]))
+    return helper.make_model(helper.make_graph(nodes, "g", [x], [y]),
+                             opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+
+
+def test_every_missing_operator_is_named_and_a_plugin_only_where_it_may_provide_it():
     with pytest.raises(dynashape.UnsupportedOperatorError) as info:
-        dynashape.InferenceSession(m)
+        dynashape.InferenceSession(_missing_contrib_ops_model("NoSuchA", "NoSuchA", "NoSuchB"))
     msg = str(info.value)
     assert msg.startswith("2 operator(s) of the model have no registered definition: "
                           "com.microsoft::NoSuchA (opset 1, 2 nodes), com.microsoft::NoSuchB (opset 1, 1 node).")
-    assert "dynashape-contrib-ops plugin" in msg
+    from dynashape.registry import plugin_manager
+    if plugin_manager().has_plugin("example"):     # the installed contrib-ops plugin lacks them: not named
+        assert "dynashape-contrib-ops" not in msg and msg.endswith("a plugin may provide them (`dynashape plugins` "
+                                                                   "lists the loaded ones)")
+    elif importlib.util.find_spec("dynashape_example") is None:    # not installed: it may have them
+        assert "many come with the dynashape-contrib-ops plugin, which is not installed" in msg
+
+
+def test_a_blocked_plugin_is_named_for_the_missing_operators_it_provides_only():
+    pytest.importorskip("dynashape_example")
+    code = ("import dynashape\nfrom tests.core.test_plugins import _missing_contrib_ops_model as m\n"
+            "for ops in (('FastGelu', 'NoSuchA'), ('NoSuchA',)):\n"
+            " try:\n  dynashape.InferenceSession(m(*ops))\n except Exception as e:\n  print(type(e).__name__, e)")
+    env = dict(os.environ, DYNASHAPE_PLUGINS_BLOCK="example")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
+                         cwd=str(Path(__file__).resolve().parents[2])).stdout.splitlines()
+    assert out[0].startswith("UnsupportedOperatorError 2 operator(s) of the model have no registered definition: "
+                             "com.microsoft::FastGelu (opset 1, 1 node), com.microsoft::NoSuchA (opset 1, 1 node). ")
+    assert out[0].endswith("the dynashape-contrib-ops plugin (entry point 'example') provides FastGelu but is not "
+                           "loaded: see DYNASHAPE_PLUGINS_BLOCK, DYNASHAPE_PLUGINS_ALLOW and DYNASHAPE_NO_ENTRY_POINTS "
+                           "(`dynashape plugins` lists the loaded ones)")
+    assert out[1].startswith("UnsupportedOperatorError operator NoSuchA of domain 'com.microsoft' at opset 1")
+    assert "dynashape-contrib-ops" not in out[1]
+
+
+def test_an_uninstalled_plugin_is_suggested_and_one_that_lacks_the_op_is_not(monkeypatch):
+    from dynashape import graph
+    for provides in (None, False):     # (not installed: it may have the op; installed without it)
+        monkeypatch.setattr(graph, "plugin_provides", lambda name, domain, op, provides=provides: provides)
+        with pytest.raises(dynashape.UnsupportedOperatorError) as info:
+            dynashape.InferenceSession(_missing_contrib_ops_model("NoSuchA"))
+        msg = str(info.value)
+        if provides is None:
+            assert msg.endswith("ONNX Runtime's contrib ops (com.microsoft): many come with the dynashape-contrib-ops "
+                                "plugin, which is not installed: pip install ./plugins_example (in the dynashape "
+                                "repository)")
+        else:
+            assert "operator NoSuchA of domain 'com.microsoft'" in msg and "dynashape-contrib-ops" not in msg
 
 
 def test_one_missing_operator_of_an_unknown_domain_keeps_its_own_message():

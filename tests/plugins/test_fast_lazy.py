@@ -236,6 +236,8 @@ KERNELS = sorted([
     ("FusedAttention", "dynashape", 1, None, 10, ["float32", "float64"], ()),
     ("FusedConv", "dynashape", 1, None, 10, ["float32", "float64"], ()),
     ("FusedMatMul", "dynashape", 1, None, 10, ["float32", "float64"], ()),
+    ("TreeEnsembleClassifier", "ai.onnx.ml", 1, None, 10, ["float32", "float64", "int32", "int64"], ()),
+    ("TreeEnsembleRegressor", "ai.onnx.ml", 1, None, 10, ["float32", "float64", "int32", "int64"], ()),
 ])
 
 

@@ -1127,6 +1127,146 @@ def _imputer(d, opset):
                          "replaced_value_float": replaced})
 
 
+def _class_labels(d, count: int) -> dict:
+    if d.draw(st.booleans()):
+        return {"classlabels_ints": [int(v) for v in rng(d).choice(50, count, replace=False)]}
+    return {"classlabels_strings": [f"c{i}" for i in range(count)]}
+
+
+def _ml_numeric(d, s) -> np.ndarray:
+    """X of an ml op: float32 mostly, now and then double or integers."""
+    kind = d.draw(st.integers(0, 5))
+    if kind >= 3:
+        return floats(d, s)
+    return floats(d, s, np.float64) if kind == 2 else ints(d, s, -3, 3, (np.int64, np.int32)[kind])
+
+
+@recipe("LinearClassifier", domain="ai.onnx.ml", min_opset=1)
+def _linear_classifier(d, opset):
+    s = _ml_features(d)
+    targets = one_of(d, [1, 2, 3, 4])
+    attrs = _class_labels(d, 2 if targets == 1 else targets)
+    if maybe(d, 8):
+        attrs["intercepts"] = rng(d).standard_normal(targets).round(3).tolist()
+    else:                                  # (absent: a row per label)
+        targets = 2 if targets == 1 else targets
+    n = s[-1] * targets if d.draw(st.integers(0, 9)) else s[-1] * targets + targets * one_of(d, [-1, 1])
+    attrs["coefficients"] = rng(d).standard_normal(max(n, 1)).round(3).tolist()
+    if maybe(d, 4):
+        attrs["post_transform"] = one_of(d, ["NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT"])
+    return Example([_ml_numeric(d, s)], attrs, n_outputs=2)
+
+
+def _svm_kernel(d, attrs: dict) -> None:
+    attrs["kernel_type"] = one_of(d, ["LINEAR", "POLY", "RBF", "SIGMOID"])
+    if attrs["kernel_type"] != "LINEAR" or maybe(d, 4):
+        attrs["kernel_params"] = [one_of(d, [0.1, 0.3, 0.5]), one_of(d, [0.0, 0.5, -1.0]), one_of(d, [1.0, 2.0, 3.0])]
+
+
+@recipe("SVMClassifier", domain="ai.onnx.ml", min_opset=1)
+def _svm_classifier(d, opset):
+    # (no feature count that differs from the support vectors': onnxruntime reads past X then)
+    s = _ml_features(d)
+    k = one_of(d, [2, 2, 3, 4])
+    g = rng(d)
+    attrs = _class_labels(d, k)
+    pairs = k * (k - 1) // 2
+    if maybe(d, 5):
+        per_class = [int(v) for v in g.integers(1, 4, k)]
+        vectors = sum(per_class)
+        attrs.update(vectors_per_class=per_class, support_vectors=g.standard_normal(vectors * s[-1]).round(3).tolist(),
+                     coefficients=g.standard_normal((k - 1) * vectors).round(3).tolist(),
+                     rho=g.standard_normal(pairs).round(3).tolist())
+        _svm_kernel(d, attrs)
+        if d.draw(st.booleans()):
+            attrs.update(prob_a=(-g.uniform(0.5, 3, pairs)).round(3).tolist(),
+                         prob_b=g.standard_normal(pairs).round(3).tolist())
+    else:                                  # (liblinear: a coefficient row per class)
+        coef = g.standard_normal(k * s[-1]).round(3)
+        attrs.update(coefficients=(np.abs(coef) if maybe(d) else coef).tolist(), rho=[round(float(g.normal()), 3)],
+                     kernel_params=[0.0, 0.0, 0.0])
+    if maybe(d, 3):
+        attrs["post_transform"] = one_of(d, ["NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO"] + ["PROBIT"] * (k == 2))
+    return Example([_ml_numeric(d, s)], attrs, n_outputs=2)
+
+
+@recipe("SVMRegressor", domain="ai.onnx.ml", min_opset=1)
+def _svm_regressor(d, opset):
+    s = _ml_features(d)
+    g = rng(d)
+    vectors = one_of(d, [0, 1, 3, 5])
+    c = s[-1] if d.draw(st.integers(0, 9)) else s[-1] + 1
+    attrs = {"n_supports": vectors, "rho": [round(float(g.normal()), 3)], "one_class": int(not maybe(d, 4)),
+             "coefficients": g.standard_normal(vectors or c).round(3).tolist()}
+    if vectors:
+        attrs["support_vectors"] = g.standard_normal(vectors * c).round(3).tolist()
+    _svm_kernel(d, attrs)
+    attrs.setdefault("kernel_params", [0.0, 0.0, 0.0])
+    if not maybe(d, 5):
+        attrs["post_transform"] = one_of(d, ["SOFTMAX", "LOGISTIC"])
+    return Example([floats(d, s)], attrs)    # (onnxruntime's SVMRegressor takes float only)
+
+
+# -- ai.onnx.ml encoders (ops_builtin/ml_encode.py) -------------------------------------------
+
+_WORDS = ("a", "bb", "", "é", "a b")
+
+
+def _words(d, s) -> np.ndarray:
+    out = np.empty(s, dtype=object)
+    out[...] = np.array(_WORDS, dtype=object)[ints(d, s, 0, len(_WORDS) - 1)]
+    return out
+
+
+@recipe("OneHotEncoder", domain="ai.onnx.ml", min_opset=1)
+def _one_hot_encoder(d, opset):
+    s = shape(d, 0, 3)
+    k = dim(d, 1, 5)
+    kind = d.draw(st.integers(0, 4))
+    if kind == 0:
+        x, attrs = _words(d, s), {"cats_strings": [one_of(d, _WORDS) for _ in range(k)]}
+    else:                                   # (floats are truncated toward zero)
+        if kind < 3:
+            x = ints(d, s, -2, 3, (np.int64, np.int32)[kind - 1])
+        else:
+            x = floats(d, s, (FLOAT, np.float64)[kind - 3], scale=2.0)
+        attrs = {"cats_int64s": [int(v) for v in ints(d, (k,), -2, 3)]}
+    if not d.draw(st.integers(0, 9)):       # both lists: refused
+        attrs.update(cats_strings=["a"], cats_int64s=[1])
+    attrs["zeros"] = one_of(d, [1, 1, 0])
+    return Example([x], attrs)
+
+
+@recipe("CategoryMapper", domain="ai.onnx.ml", min_opset=1)
+def _category_mapper(d, opset):
+    s = shape(d, 0, 3)
+    k = dim(d, 1, 5)
+    attrs = {"cats_strings": [one_of(d, _WORDS) for _ in range(k)],
+             "cats_int64s": [int(v) for v in ints(d, (k if d.draw(st.integers(0, 9)) else k + 1,), -1, 4)]}
+    if maybe(d):
+        attrs["default_int64"] = one_of(d, [7, -3])
+    if maybe(d):
+        attrs["default_string"] = one_of(d, ["?", ""])
+    return Example([_words(d, s) if d.draw(st.booleans()) else ints(d, s, -1, 5)], attrs)
+
+
+@recipe("FeatureVectorizer", domain="ai.onnx.ml", min_opset=1)
+def _feature_vectorizer(d, opset):
+    # (no empty batch: onnxruntime 1.32 aborts the process on one with several inputs)
+    n = dim(d, 1)
+    dtype = one_of(d, [FLOAT, np.float64, np.int64, np.int32])
+    inputs, dims = [], []
+    for i in range(d.draw(st.integers(1, 3))):
+        rank = one_of(d, [2, 2, 2, 3] + ([1] if n == 1 or i else []))
+        s = (dim(d, 0, 4),) if rank == 1 else (n,) + tuple(dim(d, 0, 3) for _ in range(rank - 1))
+        inputs.append(tensor(d, s, dtype) if d.draw(st.integers(0, 9)) else tensor(d, s, np.float64))
+        width = int(np.prod(s[1:])) if rank > 1 else s[0]
+        dims.append(max(0, width + one_of(d, [0, 0, 0, -1, 1, 2])))
+    if not d.draw(st.integers(0, 9)):       # a size too many or too few
+        dims = dims[:-1] if len(dims) > 1 else dims + [2]
+    return Example(inputs, {"inputdimensions": dims})
+
+
 # -- com.microsoft (the example plugin) -----------------------------------------------------------
 
 MS = "com.microsoft"
@@ -1237,6 +1377,8 @@ NOT_DRAWN = {
     "ai.onnx.ml": {
         "LabelEncoder": "no recipe yet: keys and values as typed attribute lists (tests/ops/test_ml.py)",
         "TreeEnsemble": "no recipe yet: a tree's nodes as attribute lists (tests/ops/test_ml.py)",
+        **{op: "no recipe yet: trees as (treeid, nodeid) attribute lists (tests/ops/test_ml_trees.py, "
+               "tests/ml/test_trees.py)" for op in ("TreeEnsembleClassifier", "TreeEnsembleRegressor")},
         **{op: "maps (dicts) in or out, which the drawn tensor inputs cannot be (tests/ops/test_ml_maps.py)"
            for op in ("ZipMap", "DictVectorizer", "CastMap")},
     },
@@ -1251,6 +1393,8 @@ NOT_DRAWN = {
                                    "(plugins_example/tests/test_norms_activations.py)",
         "MatMulNBits": "no recipe yet: block-quantized weights with their attributes "
                        "(plugins_example/tests/test_quantization.py)",
+        "Tokenizer": "strings, with a data-dependent token axis (plugins_example/tests/test_tokenizer.py; "
+                     "onnxruntime drops the axis of an empty input)",
     },
     "dynashape": {
         op: "dynashape's own rewrite product, never in a model given to a session; every suite runs with the "

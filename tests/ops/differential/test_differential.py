@@ -216,7 +216,7 @@ DEVIATIONS = [
     Deviation("scaler-attribute-lengths", frozenset({"Scaler"}), lambda ex, p: "scale_.size() == offset_.size()" in p,
               "offset and scale are each one value or one per feature (the spec); onnxruntime wants them the "
               "same length"),
-    Deviation("ml-attribute-counts", frozenset({"Imputer", "LinearRegressor"}),
+    Deviation("ml-attribute-counts", frozenset({"Imputer", "LinearRegressor", "LinearClassifier"}),
               lambda ex, p: ("X has" in p or "coefficients has" in p) and "accepts what dynashape" in p,
               "imputed values (one, or one per feature) and coefficients (targets x features) must match X's "
               "features; onnxruntime's Imputer takes any count, its LinearRegressor more coefficients (the rest "
@@ -225,6 +225,25 @@ DEVIATIONS = [
               lambda ex, p: ex.attrs.get("targets", 1) == 1 and ex.attrs.get("post_transform", "NONE") != "NONE"
               and "values differ" in p,
               "post_transform with one target: applied (the spec); onnxruntime returns the raw scores"),
+    Deviation("linear-classifier-intercepts-optional", frozenset({"LinearClassifier"}),
+              lambda ex, p: "intercepts" not in ex.attrs and "intercepts must not be empty" in p,
+              "intercepts are optional (the spec): zeros, one coefficient row per label; onnxruntime refuses a "
+              "model without them"),
+    Deviation("binary-classifier-probit", frozenset({"LinearClassifier", "SVMClassifier"}),
+              lambda ex, p: ex.attrs.get("post_transform") == "PROBIT" and "values differ" in p and (
+                  len(ex.attrs.get("intercepts", [0, 0])) == 1
+                  or ("vectors_per_class" in ex.attrs and len(ex.attrs["vectors_per_class"]) == 2
+                      and "prob_a" not in ex.attrs)),
+              "PROBIT where one score gives a binary classifier's two columns: onnxruntime writes the N probits "
+              "into the first N floats of Z [N, 2] (LinearClassifier) or the first column (SVMClassifier) and "
+              "leaves the rest unwritten; dynashape writes [-probit(s), probit(s)] and [probit(d), -probit(d)]"),
+    Deviation("svm-kernel-params-optional", frozenset({"SVMClassifier", "SVMRegressor"}),
+              lambda ex, p: "kernel_params" not in ex.attrs and "accepts what" in p,
+              "kernel_params is optional (the spec): zeros; onnxruntime refuses a model without it"),
+    Deviation("svm-regressor-transform", frozenset({"SVMRegressor"}),
+              lambda ex, p: ex.attrs.get("post_transform", "NONE") != "NONE" and not ex.attrs.get("one_class")
+              and "values differ" in p,
+              "post_transform: applied to the score (the spec); onnxruntime's SVMRegressor applies none"),
     Deviation("squeeze-duplicate-axes", frozenset({"Squeeze"}), lambda ex, p: "contain duplicates" in p,
               "the spec is silent on a repeated axis; dynashape refuses it as for Unsqueeze and the reductions "
               "(onnx.reference does from Squeeze-13), onnxruntime squeezes the axis once"),
@@ -232,6 +251,10 @@ DEVIATIONS = [
               lambda ex, p: "This is an invalid model" in p,
               "Scatter-11 and Upsample-10 are deprecated versions the ONNX checker and onnxruntime refuse; "
               "dynashape runs them (as ScatterElements and Resize) so that old exports load"),
+    Deviation("tokenizer-empty-input", frozenset({"Tokenizer"}), lambda ex, p: _has_empty(ex) and " shape (" in p,
+              "com.microsoft Tokenizer of an input with no element: [C, 0] / [N, C, 0] here, the rank of every "
+              "other input's output; onnxruntime (and its contrib docs) drop the token axis: [0] / [N, 0] (not "
+              "drawn: tested in plugins_example/tests/test_tokenizer.py)"),
     Deviation("reduce-mean-empty", frozenset({"ReduceMean"}), lambda ex, p: _has_empty(ex) and "values differ" in p,
               "ReduceMean over an empty set is undefined (ReduceMean-18); onnxruntime gives 0, dynashape NaN"),
     Deviation("pad-negative-on-empty-axis", frozenset({"Pad"}),
