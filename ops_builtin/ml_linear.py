@@ -25,6 +25,7 @@ from dynashape.records import OpLibrary, fixed_dtype, same_dtype
 from dynashape.shapes import require
 
 from .ml import POST_TRANSFORMS, post_transform
+from .reduction import trailing_sums
 
 DOMAIN = "ai.onnx.ml"
 lib = OpLibrary()
@@ -113,16 +114,38 @@ def _normalizer_shape(ctx):
     return [ctx.shape(0)]
 
 
+#: rows up to this many columns take their max column by column (numpy's reduction over a
+#: short last axis is a slow pass: ~25 us for 1000 rows of 3, against 3 vector maxima of ~1 us)
+SHORT_ROWS = 16
+
+
+def row_max(z: np.ndarray) -> np.ndarray:
+    """Each row's largest value of a 2-D array with at least one column, as [N, 1] (NaN
+    propagates, as ``max``)."""
+    if z.shape[1] > SHORT_ROWS:
+        return z.max(axis=1, keepdims=True)
+    top = z[:, 0].copy()
+    for j in range(1, z.shape[1]):
+        np.maximum(top, z[:, j], out=top)
+    return top[:, None]
+
+
+def row_sum(z: np.ndarray) -> np.ndarray:
+    """Each row's sum of a 2-D float array, as [N, 1] (one BLAS product where it applies)."""
+    sums = trailing_sums(np.ascontiguousarray(z))
+    return sums if sums is not None else z.sum(axis=1, keepdims=True)
+
+
 @lib.kernel("Normalizer", domain=DOMAIN, prepare=_norm)
 def _normalizer(inputs, outputs, norm: str):
     x = inputs[0].astype(_F32, copy=False)
     rows = x.reshape(-1, x.shape[-1])      # (X is [N, C] or [C]: the rule takes no other rank)
     if norm == "MAX":
-        scale = rows.max(axis=1, keepdims=True) if rows.shape[1] else np.zeros((rows.shape[0], 1), _F32)
+        scale = row_max(rows) if rows.shape[1] else np.zeros((rows.shape[0], 1), _F32)
     elif norm == "L1":
-        scale = np.abs(rows).sum(axis=1, keepdims=True)
+        scale = row_sum(np.abs(rows))
     else:
-        scale = np.sqrt(np.square(rows).sum(axis=1, keepdims=True))
+        scale = np.sqrt(row_sum(np.square(rows)))
     y = outputs[0].reshape(rows.shape)
     np.copyto(y, rows)
     np.divide(rows, scale, out=y, where=scale != 0)     # (a row whose norm is 0 is left as it is)
@@ -291,12 +314,12 @@ def classifier_transform(z: np.ndarray, post: int) -> None:
         return
     f = np.float32
     if post == 1:
-        e = np.exp(z - z.max(axis=1, keepdims=True))
-        np.divide(e, e.sum(axis=1, keepdims=True), out=z)
+        e = np.exp(z - row_max(z))
+        np.divide(e, row_sum(e), out=z)
     elif post == 2:
         z[...] = logistic32(z)
     elif post == 3:
-        top = np.maximum(z.max(axis=1, keepdims=True), f(-np.finfo(np.float32).max))
+        top = np.maximum(row_max(z), f(-np.finfo(np.float32).max))
         big = (z > f(1e-7)) | (z < f(-1e-7))
         e = np.where(big, np.exp(z - top), z * np.exp(-top))
         np.divide(e, np.where(big, e, f(0)).sum(axis=1, keepdims=True), out=z)
