@@ -87,7 +87,8 @@ def _zipmap(inputs, outputs, keys: _Keys):
 
 # DictVectorizer --------------------------------------------------------------------------
 
-_VECTORIZED = {"int64": _I64, "float32": _F32, "float64": np.dtype(np.float64), "object": _STRING}
+#: the map value types DictVectorizer takes, by key type (onnxruntime's kernels)
+_VECTORIZED = {_STRING: (_I64, _F32, np.dtype(np.float64)), _I64: (_STRING, _F32, np.dtype(np.float64))}
 
 
 def _map_input(ctx: InferContext, what: str) -> MapType | None:
@@ -110,8 +111,8 @@ def _vocabulary(ctx: InferContext) -> _Vocabulary:
     if t is not None and t.key is not None and np.dtype(t.key) != key:
         ctx.fail(f"the vocabulary is {value_type_string(key)}, X's keys are {value_type_string(t.key)}",
                  kind="TypeMismatch")
-    value = _STRING if t is None or t.value is None else np.dtype(t.value)
-    if value.name not in _VECTORIZED or (value == _STRING) == (key == _STRING):
+    value = (_F32 if key == _STRING else _STRING) if t is None or t.value is None else np.dtype(t.value)
+    if value not in _VECTORIZED[key]:
         ctx.fail(f"X {value_type_string(t)} is not one DictVectorizer takes: map(string, int64|float|double) or "
                  "map(int64, string|float|double)", kind="InvalidDtype")
     return _Vocabulary(tuple(words), value)

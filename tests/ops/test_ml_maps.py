@@ -209,3 +209,14 @@ def test_cast_map_refuses_an_unknown_cast_to_and_a_sparse_negative_key():
     with pytest.raises(dynashape.ExecutionError, match="keys >= 0, got -1"):
         sess.run(None, {"x": {-1: 1.0}})
     assert sess.run(None, {"x": {1: 1.0}})[0].tolist() == [[0.0, 1.0]]
+
+
+@pytest.mark.parametrize("value, want_dtype", [(T.FLOAT, np.float32), (T.DOUBLE, np.float64)])
+def test_dict_vectorizer_of_int64_keys_to_numbers_equals_onnxruntime(value, want_dtype):
+    model = _model("DictVectorizer", {"int64_vocabulary": [7, 3, 5]}, _map(T.INT64, value), _tensor(value, [1, 3]))
+    feed = {3: 1.5, 9: 2.0, 7: -1.0}
+    (got,) = dynashape.InferenceSession(model).run(None, {"x": feed})
+    assert got.dtype == want_dtype and got.tolist() == [[-1.0, 1.5, 0.0]]
+    if value == T.FLOAT:    # (onnxruntime's Python binding makes a dict of floats a map of float32 only)
+        (want,) = ort_session(model).run(None, {"x": feed})
+        assert want.dtype == got.dtype and want.tolist() == got.tolist()
