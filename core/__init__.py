@@ -6,7 +6,9 @@
 
 The session API is onnxruntime's (``import dynashape as ort`` runs onnxruntime scripts):
 ``SessionOptions``, ``RunOptions``, ``GraphOptimizationLevel``, ``ExecutionMode``,
-``get_available_providers()``, ``get_device()``.
+``get_available_providers()``, ``get_device()``, ``OrtValue``, ``SparseTensor``, ``OrtDevice``,
+``IOBinding`` (``session.io_binding()``), the module functions (``set_default_logger_severity``,
+``get_version_string``, ...) and ``dynashape.capi`` (docs/ORT_API.md).
 """
 from __future__ import annotations
 
@@ -20,8 +22,22 @@ __version__ = "0.1.0"
 
 
 _SESSION_NAMES = ("InferenceSession", "NodeArg")
-_OPTION_NAMES = ("SessionOptions", "RunOptions", "GraphOptimizationLevel", "ExecutionMode",
+_OPTION_NAMES = ("SessionOptions", "RunOptions", "GraphOptimizationLevel", "ExecutionMode", "ExecutionOrder",
                  "get_available_providers", "get_all_providers", "get_device")
+#: the rest of onnxruntime's top-level names: name -> the dynashape module defining it
+_ORT_NAMES = {
+    **dict.fromkeys(("OrtValue",), "ortvalue"),
+    **dict.fromkeys(("SparseTensor", "OrtSparseFormat"), "sparse"),
+    **dict.fromkeys(("IOBinding", "SessionIOBinding"), "iobinding"),
+    **dict.fromkeys(("OrtDevice", "OrtDeviceVendorId", "OrtMemoryInfo", "OrtMemType", "OrtAllocatorType",
+                     "OrtArenaCfg", "OrtDeviceMemoryType", "OrtMemoryInfoDeviceType", "create_and_register_allocator",
+                     "create_and_register_allocator_v2"), "devices"),
+    **dict.fromkeys(("set_default_logger_severity", "set_default_logger_verbosity", "get_version_string",
+                     "get_build_info", "enable_telemetry_events", "disable_telemetry_events", "set_seed",
+                     "set_global_thread_pool_sizes", "has_collective_ops"), "environment"),
+    **dict.fromkeys(("LoraAdapter", "AdapterFormat"), "lora"),
+    "ModelMetadata": "model",
+}
 
 
 def __getattr__(name: str):
@@ -32,12 +48,20 @@ def __getattr__(name: str):
     if name in _OPTION_NAMES:
         from . import options
         return getattr(options, name)
+    module = _ORT_NAMES.get(name)
+    if module is not None:
+        import importlib
+        return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    if name in ("capi", "datasets", "backend"):
+        import importlib
+        return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module 'dynashape' has no attribute '{name}'")
 
 
 __all__ = [
     *_SESSION_NAMES,
     *_OPTION_NAMES,
+    *_ORT_NAMES,
     "OpDef",
     "KernelDef",
     "OpLibrary",

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Iterable, Optional, Union
+from typing import Any, ClassVar, Iterable, Mapping, Optional, Union
 
 import numpy as np
 
@@ -26,7 +26,8 @@ from . import onnx_proto
 from .onnx_proto import AttributeProto
 
 from .dtypes import MapType, OptionalType, SequenceType, np_dtype, type_string, value_type_string
-from .errors import ExternalDataError, ModelLoadError, NestingLimitError
+from .errors import (ExternalDataError, InvalidArgumentError, ModelFileNotFoundError, ModelLoadError, ModelParseError,
+                     NestingLimitError)
 from .external_data import Region, load_external_data
 from .symbolic import Dim, sym
 from .validate import validate_model
@@ -355,7 +356,8 @@ def session_copy(model: Model) -> Model:
 
 
 def load_model(model: Union[str, os.PathLike, bytes, bytearray, memoryview, onnx_proto.ModelProto],
-               external_data_dir: Optional[Union[str, os.PathLike]] = None) -> Model:
+               external_data_dir: Optional[Union[str, os.PathLike]] = None,
+               initializers: Optional[Mapping[str, np.ndarray]] = None) -> Model:
     """Read a model from a path, serialized bytes or a ``ModelProto``, read its external data
     (from the model's directory, or ``external_data_dir`` for bytes and protos; see
     :mod:`dynashape.external_data`) and check it (:mod:`dynashape.validate`).
@@ -372,11 +374,17 @@ def load_model(model: Union[str, os.PathLike, bytes, bytearray, memoryview, onnx
         dtype of its element type (``ml_dtypes`` for bfloat16, float8 and 4-bit types),
         bit-equal to ``numpy_helper.to_array``; ``proto`` without initializer data.
 
+    ``initializers`` (name -> array) replace the main graph's initializers of those names
+    (``SessionOptions.add_initializer`` / ``add_external_initializers``): their data, inline or
+    external, is not read (an external file need not exist); the array (a read-only view of
+    it) is used. A name the graph has no initializer of is ignored.
+
     Raises:
         ModelLoadError: the file is missing or not a valid ONNX model (a truncated file
             names the initializer it cuts off; an initializer whose data does not fit its
             dims and type is named); its subclasses ExternalDataError (an unsafe or missing
             external-data reference) and those of :func:`dynashape.validate.validate_model`.
+        InvalidArgumentError: a supplied initializer's dtype or shape is not the model's.
     """
     base_dir = os.fspath(external_data_dir) if external_data_dir is not None else None
     path = None
@@ -389,7 +397,7 @@ def load_model(model: Union[str, os.PathLike, bytes, bytearray, memoryview, onnx
             proto, source = _parse(_flat(model), copy=not isinstance(model, bytes))
         elif isinstance(model, (str, os.PathLike)):
             if not os.path.exists(model):
-                raise ModelLoadError(f"model file '{model}' does not exist")
+                raise ModelFileNotFoundError(f"model file '{model}' does not exist")
             path = os.path.abspath(os.fspath(model))
             proto, source = _parse(map_file(os.fspath(model)), copy=False)
             if base_dir is None:
@@ -403,16 +411,18 @@ def load_model(model: Union[str, os.PathLike, bytes, bytearray, memoryview, onnx
         if "MaxDepth" in str(exc):   # protobuf (upb) stops at 100 nested messages
             raise NestingLimitError("the model nests messages deeper than protobuf parses (100 levels: about 32 "
                                     f"levels of If/Loop/Scan bodies inside each other): {exc}") from exc
-        raise ModelLoadError(f"could not parse the ONNX model: {exc}") from exc
+        raise ModelParseError(f"could not parse the ONNX model: {exc}") from exc
     opsets = {}
     for o in proto.opset_import:
         opsets["" if o.domain == "ai.onnx" else o.domain] = int(o.version)
     if "" not in opsets and proto.ir_version < 3:
         opsets[""] = 1
+    supplied = _supplied_initializers(proto.graph.initializer, initializers) if initializers else {}
     external = load_external_data(proto, base_dir)
     validate_model(proto, opsets)
     try:
-        graph = _graph(proto.graph, _initializer_arrays(proto.graph.initializer, source, originals, external))
+        arrays = _initializer_arrays(proto.graph.initializer, source, originals, external, supplied)
+        graph = _graph(proto.graph, arrays)
     except ModelLoadError:
         raise
     except Exception as exc:
@@ -466,15 +476,46 @@ def _parse(buf: Buffer, copy: bool) -> tuple[onnx_proto.ModelProto, Optional[_So
     return onnx_proto.load_from_string(bytes(buf)), None
 
 
-def _initializer_arrays(inits, source: Optional[_Source], originals, external: dict[int, Region]) -> list:
+def _supplied_initializers(inits, supplied: Mapping[str, np.ndarray]) -> dict[int, np.ndarray]:
+    """Per initializer index, the caller's array replacing it (read-only views); those
+    initializers lose their external-data reference so their files are never opened.
+
+    Raises:
+        InvalidArgumentError: an array's dtype or shape differs from the initializer's.
+    """
+    out = {}
+    for k, t in enumerate(inits):
+        arr = supplied.get(t.name)
+        if arr is None:
+            continue
+        want = np_dtype(t.data_type)
+        if arr.dtype != want and not (want == object and arr.dtype.kind in "OUS"):
+            raise InvalidArgumentError(f"initializer '{t.name}': the supplied OrtValue is {arr.dtype}, the model's "
+                                       f"initializer is {type_string(t.data_type)} (numpy {want})")
+        if tuple(arr.shape) != tuple(t.dims):
+            raise InvalidArgumentError(f"initializer '{t.name}': the supplied OrtValue has shape {list(arr.shape)}, "
+                                       f"the model's initializer {list(t.dims)}")
+        view = arr.view()
+        view.flags.writeable = False
+        out[k] = view
+        del t.external_data[:]
+        t.data_location = onnx_proto.TensorProto.DEFAULT
+    return out
+
+
+def _initializer_arrays(inits, source: Optional[_Source], originals, external: dict[int, Region],
+                        supplied: Optional[dict[int, np.ndarray]] = None) -> list:
     """Per initializer of the main graph (``inits``, the parsed proto's), its array where it
-    is made from a buffer: the source's regions, external files (mapped), or the caller's
-    ModelProto (``originals``); None where ``_graph`` reads it from ``inits``."""
+    is made from a buffer: the caller's (``supplied``), the source's regions, external files
+    (mapped), or the caller's ModelProto (``originals``); None where ``_graph`` reads it from
+    ``inits``."""
     arrays: list = [None] * len(inits)
     files: dict[str, Buffer] = {}
     viewed: list[int] = []
     for k, t in enumerate(inits):
-        if k in external:
+        if supplied and k in supplied:
+            arrays[k] = supplied[k]
+        elif k in external:
             path, offset, length = external[k]
             if path not in files:
                 try:

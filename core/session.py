@@ -26,11 +26,14 @@ from .graph import PreparedGraph, as_graph, input_dims, prepare_graph, release_u
 from .inference import fold_constants
 from .limits import resolve_memory_limit
 from .model import FIXED, SYMBOLIC, Graph, Model, ModelMetadata, ValueInfo, load_model, model_metadata, session_copy
+from .free_dims import apply_free_dimension_overrides
 from . import compiled as compiled_models
 from . import gcpause
 from .compiled import CompiledModel
 from .optimize import optimize_graph
-from .options import RunOptions, SessionOptions, resolve_providers, session_settings, warn_once
+from .options import (RunOptions, SessionOptions, check_provider_names, load_config_from_model_enabled,
+                      options_from_model, resolve_providers, session_settings, warn_once)
+from .ortvalue import OrtValue
 from .plan import Plan
 from .profiling import Profiler
 from .program import Program
@@ -106,6 +109,14 @@ def _feed_checker(inputs: Sequence[ValueInfo]):
 _ORT_KWARGS = ("disabled_optimizers", "read_config_from_model")
 
 
+def _unwrap(value: Any) -> Any:
+    """An OrtValue feed as the value it holds (a sparse tensor densified: dynashape treats
+    sparse graph inputs as dense)."""
+    value = value.feed_value()
+    from .sparse import SparseTensor
+    return value.to_dense() if isinstance(value, SparseTensor) else value
+
+
 def _check_ort_kwargs(kwargs: dict) -> None:
     for name in kwargs:
         if name not in _ORT_KWARGS:
@@ -127,6 +138,8 @@ def feed_array(vi: ValueInfo, value: Any) -> np.ndarray:
         InputDtypeMismatch: values of a kind that does not convert to the declared type
             (for a sequence: naming the element).
     """
+    if isinstance(value, OrtValue):
+        value = _unwrap(value)
     if vi.value_type is not None:
         return container_feed(vi.name, vi.value_type, value)
     return _tensor_feed(f"input '{vi.name}'", vi.type, vi.dtype, value)
@@ -143,6 +156,9 @@ def _tensor_feed(where: str, type_text: str, want: Optional[np.dtype], value: An
     if want is None or arr.dtype == want:
         return arr
     if want == object:
+        if arr.dtype.kind == "V":    # fixed-size byte records: each element's bytes, as onnxruntime reads them
+            return np.array([bytes(v).decode("utf-8", "surrogateescape") for v in arr.reshape(-1)],
+                            dtype=object).reshape(arr.shape)
         return arr if arr.dtype.kind in "OUS" else arr.astype(object)
     if arr.dtype.kind == "O":
         raise InvalidFeedError(f"{where}: cannot make a {type_text} tensor from the {type(value).__name__} "
@@ -212,6 +228,32 @@ def map_feed(at: str, vtype: MapType, value: Any) -> dict:
         got = "None" if value is None else f"a {type(value).__name__}"
         raise InvalidFeedError(f"{at}: expected {value_type_string(vtype)} (a dict), got {got}")
     return {_map_item(at, "key", vtype.key, k): _map_item(at, "value", vtype.value, v) for k, v in value.items()}
+
+
+def _with_initializers(model: Model, arrays: Mapping[str, np.ndarray]) -> Model:
+    """``model`` (a session's own copy) with the initializers of ``arrays``' names replaced
+    (``SessionOptions.add_initializer``; names it lacks are ignored).
+
+    Raises:
+        InvalidArgumentError: an array of another dtype or shape than the initializer's.
+    """
+    inits = model.graph.initializers
+    for name, arr in arrays.items():
+        old = inits.get(name)
+        if old is None:
+            continue
+        if old.dtype != arr.dtype or old.shape != arr.shape:
+            raise InvalidArgumentError(f"initializer '{name}': the supplied OrtValue is {arr.dtype} of shape "
+                                       f"{list(arr.shape)}, the model's is {old.dtype} of shape {list(old.shape)}")
+        view = arr.view()
+        view.flags.writeable = False
+        inits[name] = view
+    return model
+
+
+def _cpu_memory_info() -> Any:
+    from .devices import OrtAllocatorType, OrtMemoryInfo, OrtMemType
+    return OrtMemoryInfo("Cpu", OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, OrtMemType.DEFAULT)
 
 
 def _node_arg(vi: ValueInfo) -> NodeArg:
@@ -301,21 +343,29 @@ class InferenceSession:
                  wait_for_compiled_kernels: bool = False, **kwargs: Any):
         _check_ort_kwargs(kwargs)
         settings = session_settings(sess_options, allocator)
-        if settings.allocator not in ALLOCATORS:
-            raise ValueError(f"allocator must be one of {ALLOCATORS}, got {settings.allocator!r}")
         self._providers, self._provider_options = resolve_providers(providers, provider_options)
-        self._sess_options = sess_options if sess_options is not None else SessionOptions()
-        self._settings = settings
-        self.allocator = settings.allocator
         self.strict_dim_params = bool(strict_dim_params)
         self.validate_memory = (os.environ.get("DYNASHAPE_VALIDATE_MEMORY", "") in ("1", "true")
                                 if validate_memory is None else bool(validate_memory))
-        self._profiler = Profiler(settings.profile_prefix) if settings.profile_prefix is not None else None
         self.memory_limit = resolve_memory_limit(memory_limit)
         self.external_data_dir = external_data_dir
         t_load = time.perf_counter()
-        self.model: Model = (session_copy(path_or_bytes) if isinstance(path_or_bytes, Model)
-                             else load_model(path_or_bytes, external_data_dir=external_data_dir))
+        supplied = sess_options.initializer_arrays() if sess_options is not None else {}
+        self.model: Model = (_with_initializers(session_copy(path_or_bytes), supplied)
+                             if isinstance(path_or_bytes, Model)
+                             else load_model(path_or_bytes, external_data_dir=external_data_dir, initializers=supplied))
+        if load_config_from_model_enabled(sess_options) and not isinstance(path_or_bytes, Model):
+            from_model = options_from_model(model_metadata(self.model.proto).custom_metadata_map, sess_options)
+            if from_model is not None:
+                sess_options, settings = from_model, session_settings(from_model, allocator)
+        if settings.allocator not in ALLOCATORS:
+            raise ValueError(f"allocator must be one of {ALLOCATORS}, got {settings.allocator!r}")
+        self._sess_options = sess_options if sess_options is not None else SessionOptions()
+        self._settings = settings
+        self.allocator = settings.allocator
+        self._profiler = Profiler(settings.profile_prefix) if settings.profile_prefix is not None else None
+        so = self._sess_options
+        self.model = apply_free_dimension_overrides(self.model, so._free_dims_by_name, so._free_dims_by_denotation)
         self.registry = get_registry()
         self.compiled_kernels = compiled_kernel_plugins(compiled_kernels)
         if self.compiled_kernels != COMPILED_KERNELS_PLUGINS:
@@ -326,10 +376,15 @@ class InferenceSession:
         self.optimize = bool(optimize) and settings.fold_constants
         self._inputs = self.model.graph.inputs
         self._outputs = self.model.graph.outputs
-        key = None if self.model.external_data else compiled_models.model_key(path_or_bytes)
+        if so.optimized_model_filepath:
+            from .optimized_model import write_optimized_model
+            write_optimized_model(self.model, self.registry, os.fspath(so.optimized_model_filepath), so._config,
+                                  settings.fold_constants, self.memory_limit)
+        key = None if self.model.external_data or supplied else compiled_models.model_key(path_or_bytes)
         if key is not None:
             key += (self.registry, settings.fold_constants, self.optimize, self.allocator, self.validate_memory,
-                    self.memory_limit, int(plan_cache_size))
+                    self.memory_limit, int(plan_cache_size), tuple(sorted(so._free_dims_by_name.items())),
+                    tuple(sorted(so._free_dims_by_denotation.items())))
         #: what this session compiled, or took from an earlier session of the same model (compiled.py)
         found = compiled_models.lookup(key) if key is not None else None
         shared = found is not None
@@ -434,7 +489,15 @@ class InferenceSession:
         return self._sess_options
 
     def set_providers(self, providers: Any = None, provider_options: Any = None) -> None:
-        """Choose providers again (only the CPU one exists; others fall back with a warning)."""
+        """Choose providers again (only the CPU one exists; others onnxruntime knows fall back
+        with a warning).
+
+        Raises:
+            UnknownProviderError: a name onnxruntime does not know ("Unknown Provider Type: X",
+                a ``RuntimeError`` as in onnxruntime).
+            InvalidArgumentError: malformed arguments.
+        """
+        check_provider_names(providers)
         self._providers, self._provider_options = resolve_providers(providers, provider_options)
 
     def disable_fallback(self) -> None:
@@ -463,25 +526,68 @@ class InferenceSession:
         """When profiling started (``time.time_ns()``), 0 when not profiling."""
         return self._profiler.start_time_ns if self._profiler is not None else 0
 
-    def io_binding(self):
-        """Not supported (see the README, "Differences from onnxruntime").
+    # onnxruntime's OrtValue / I/O binding calls (dynashape.ortvalue, dynashape.iobinding,
+    # dynashape.ort_session) ---------------------------------------------------
+    def io_binding(self) -> Any:
+        """An :class:`~dynashape.iobinding.IOBinding` of this session (inputs and outputs bound
+        to memory before ``run_with_iobinding``)."""
+        from .iobinding import IOBinding
+        return IOBinding(self)
+
+    def run_with_iobinding(self, iobinding: Any, run_options: Optional[RunOptions] = None) -> None:
+        """Run on ``iobinding``'s inputs, writing its bound outputs (:mod:`dynashape.iobinding`).
 
         Raises:
-            NotImplementedError: always.
+            IOBindingError: no output bound, an unknown name, a feed or pre-allocated output
+                that does not fit (a ``RuntimeError``, as onnxruntime raises).
         """
-        raise NotImplementedError("io_binding is not supported: dynashape runs on the CPU only; pass numpy arrays "
-                                  "to run() (outputs are fresh arrays, never overwritten by a later run)")
+        from .iobinding import run_with_iobinding
+        run_with_iobinding(self, iobinding, run_options)
 
-    def run_with_ort_values(self, *args: Any, **kwargs: Any):
-        """Not supported (no OrtValue type; see the README).
+    def run_with_ort_values(self, output_names: Optional[Sequence[str]], input_dict_ort_values: Mapping[str, Any],
+                            run_options: Optional[RunOptions] = None) -> list:
+        """Run on :class:`~dynashape.ortvalue.OrtValue` feeds; the outputs as OrtValues
+        (:func:`dynashape.ort_session.run_with_ort_values`).
 
         Raises:
-            NotImplementedError: always.
+            InputNameError: an input is missing ("Required inputs ... are missing").
+            InvalidFeedError: a feed is not an OrtValue; and what :meth:`run` raises.
         """
-        raise NotImplementedError("run_with_ort_values is not supported: dynashape has no OrtValue; "
-                                  "call run() with numpy arrays")
+        from .ort_session import run_with_ort_values
+        return run_with_ort_values(self, output_names, input_dict_ort_values, run_options)
 
-    run_with_iobinding = io_binding
+    def run_async(self, output_names: Optional[Sequence[str]], input_feed: Mapping[str, Any], callback: Any,
+                  user_data: Any, run_options: Optional[RunOptions] = None) -> None:
+        """Run on a thread of its own; ``callback(results, user_data, error_message)`` is
+        called there (:func:`dynashape.ort_session.run_async`).
+
+        Raises:
+            InputNameError: an input is missing (raised at once).
+        """
+        from .ort_session import run_async
+        run_async(self, output_names, input_feed, callback, user_data, run_options)
+
+    @property
+    def _sess(self) -> Any:
+        """onnxruntime's binding-level session (``SessionIOBinding(session._sess)``,
+        ``session._sess.run_with_ort_values(...)``): :class:`~dynashape.ort_session.NativeSession`."""
+        from .ort_session import NativeSession
+        return NativeSession(self)
+
+    def get_input_memory_infos(self) -> list:
+        """One CPU :class:`~dynashape.devices.OrtMemoryInfo` per input."""
+        return [_cpu_memory_info() for _ in self._inputs]
+
+    def get_output_memory_infos(self) -> list:
+        """One CPU :class:`~dynashape.devices.OrtMemoryInfo` per output."""
+        return [_cpu_memory_info() for _ in self._outputs]
+
+    def get_tuning_results(self) -> list:
+        """``[]``: dynashape has no tunable kernels."""
+        return []
+
+    def set_tuning_results(self, results: Any, *, error_on_invalid: bool = False) -> None:
+        """Accepted: dynashape has no tunable kernels."""
 
     def _declared_vs_inferred(self) -> list[str]:
         """Graph outputs whose declared fixed dims contradict inference (reported, not trusted)."""
@@ -540,6 +646,9 @@ class InferenceSession:
                                            f"{type(run_options).__name__}")
             if run_options.terminate:
                 raise RunTerminated("the run did not start: RunOptions.terminate is set")
+            if run_options._adapters:      # LoRA parameters fed by name (dynashape.lora)
+                from .lora import adapter_feeds
+                input_feed = adapter_feeds(run_options._adapters, input_feed)
         t0 = time.perf_counter()
         if self._blas is not None:
             self._blas.enter()
@@ -576,6 +685,10 @@ class InferenceSession:
         if len(input_feed) != len(feeds) and self._overridable and not self._overridable.isdisjoint(input_feed):
             return self._run_overriding(output_names, input_feed)
         if len(input_feed) != len(feeds) or plan is None and (self.strict_dim_params or not self._feeds_fit(feeds)):
+            if any(type(a) is np.ndarray and a.dtype.kind == "V" for a in feeds):   # byte records: converted once
+                return self._run(output_names, {n: feed_array(self._inputs[self._input_index[n]], v)
+                                                if type(v) is np.ndarray and v.dtype.kind == "V"
+                                                and n in self._input_index else v for n, v in input_feed.items()})
             try:
                 self._validate(input_feed)
             except Exception:
@@ -596,7 +709,8 @@ class InferenceSession:
                           base.outputs, {k: v for k, v in base.initializers.items() if k not in names},
                           base.value_info, [v for v in base.overridable if v.name not in names])
             model = Model(graph, self.model.opsets, self.model.ir_version, self.model.proto, self.model.path)
-            so = replace(self._sess_options, enable_profiling=False, intra_op_num_threads=0)
+            so = replace(self._sess_options, enable_profiling=False, intra_op_num_threads=0,
+                         optimized_model_filepath="")
             inner = InferenceSession(model, so, allocator=self.allocator, plan_cache_size=self.plan_cache_size,
                                      validate_memory=self.validate_memory, strict_dim_params=self.strict_dim_params,
                                      optimize=self.optimize, compiled_kernels=self.compiled_kernels,
@@ -623,11 +737,14 @@ class InferenceSession:
         if unknown:
             raise InputNameError(f"unknown input name(s) {unknown}; the model's inputs are "
                                  f"{[v.name for v in self._inputs]}")
+        missing = [vi for vi in self._inputs if vi.name not in input_feed]
+        if missing:
+            vi = missing[0]
+            raise InputNameError(f"Required inputs ({[v.name for v in missing]}) are missing from input feed "
+                                 f"({list(input_feed)}): missing input '{vi.name}' (expected {vi.type} with shape "
+                                 f"{_node_arg(vi).shape})")
         bound: dict[str, tuple[int, str, int]] = {}
         for vi in self._inputs:
-            if vi.name not in input_feed:
-                raise InputNameError(f"missing input '{vi.name}' (expected {vi.type} with shape "
-                                     f"{_node_arg(vi).shape})")
             arr = input_feed[vi.name]
             self._check_feed(vi, arr if isinstance(arr, np.ndarray) else feed_array(vi, arr),
                              bound if self.strict_dim_params else None)
@@ -641,7 +758,9 @@ class InferenceSession:
             return
         want = vi.dtype
         if want is not None and arr.dtype != want and not (want == object and arr.dtype.kind in "OUS"):
-            raise InputDtypeMismatch(f"input '{vi.name}': expected {vi.type} (numpy {want}), got numpy {arr.dtype}")
+            raise InputDtypeMismatch(f"input '{vi.name}': expected {vi.type} (numpy {want}), got numpy {arr.dtype} "
+                                     f"(Unexpected input data type. Actual: ({value_type_string(arr.dtype)}) , "
+                                     f"expected: ({vi.type}))")
         if vi.dims is None:
             return
         if arr.ndim != len(vi.dims):

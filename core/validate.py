@@ -33,8 +33,8 @@ from typing import Optional
 
 from . import onnx_proto, onnx_schemas
 from .onnx_proto import AttributeProto, TensorProto
-from .errors import (DuplicateNameError, InvalidAttributeError, InvalidModelError, ModelLoadError, NestingLimitError,
-                     TypeConstraintError, UndefinedValueError)
+from .errors import (DuplicateNameError, InvalidAttributeError, InvalidModelError, ModelLoadError, ModelParseError,
+                     NestingLimitError, TypeConstraintError, UndefinedValueError)
 from .onnx_schemas import Schema
 
 __all__ = ["validate_model", "MAX_NESTING"]
@@ -84,7 +84,7 @@ def _check_model(model: onnx_proto.ModelProto, opsets: dict[str, int]) -> None:
 
 def _check_header(model: onnx_proto.ModelProto, opsets: dict) -> None:
     if not model.HasField("graph"):
-        raise ModelLoadError("the model has no graph (ModelProto.graph is required; empty or non-ONNX bytes?)")
+        raise ModelParseError("the model has no graph (ModelProto.graph is required; empty or non-ONNX bytes?)")
     if model.ir_version > onnx_proto.IR_VERSION:
         raise ModelLoadError(f"the model's IR version {model.ir_version} is newer than this onnx "
                              f"({onnx_proto.onnx_version()}) supports ({onnx_proto.IR_VERSION})")
@@ -217,7 +217,10 @@ def _check_attributes(node: onnx_proto.NodeProto, schema: Schema, at: str, name:
             raise InvalidAttributeError(f"{at} has attribute '{a.name}', which {node.op_type}-{schema.since_version} "
                                         f"does not define (its attributes: {known})",
                                         node=name, op_type=node.op_type, graph=path)
-        if a.type and a.type != spec.type:
+        if a.type and a.type != spec.type and not (node.op_type == "Constant" and a.name == "value"
+                                                   and a.type == AttributeProto.SPARSE_TENSOR):
+            # (a sparse tensor as Constant's ``value``: onnxruntime loads it as ``sparse_value``;
+            # the import densifies it either way)
             raise InvalidAttributeError(f"{at}: attribute '{a.name}' must be {spec.type_name}, got "
                                         f"{_TYPE_NAMES.get(a.type, a.type)}",
                                         node=name, op_type=node.op_type, graph=path)

@@ -32,7 +32,7 @@ import numpy as np
 from .onnx_proto import TensorProto
 
 from .dtypes import np_dtype
-from .errors import ModelLoadError
+from .errors import ModelLoadError, ModelParseError
 
 __all__ = ["Scan", "WireFormatError", "scan_model", "plain_dtype", "map_file", "array_from_region",
            "release_pages", "release_view", "aligned_copy", "LITTLE_ENDIAN"]
@@ -227,8 +227,8 @@ class _Scanner:
         which = f"'{name}'" if name is not None else f"number {len(self.regions)} (0-based; its name comes later)"
         where = f"the end of the file ({self.size} bytes)" if clipped or end >= self.size else \
             f"the end of its TensorProto (byte {end})"
-        return ModelLoadError(f"could not parse the ONNX model: initializer {which} is cut off: its raw_data of "
-                              f"{length} bytes at byte {offset} runs past {where}")
+        return ModelParseError(f"could not parse the ONNX model: initializer {which} is cut off: its raw_data of "
+                               f"{length} bytes at byte {offset} runs past {where}")
 
 
 def scan_model(buf: Buffer) -> Scan:

@@ -293,7 +293,7 @@ def test_bad_feeds_name_the_input_and_leave_the_session_usable(value, error, wor
     assert sess.run(None, {"ids": [[0]]})[0].shape == (1, 1, 2)
 
 
-def test_run_options_terminate_and_unsupported_bindings():
+def test_run_options_terminate_and_config_entries():
     sess = dynashape.InferenceSession(_embedding_model())
     ro = dynashape.RunOptions()
     ro.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
@@ -303,7 +303,3 @@ def test_run_options_terminate_and_unsupported_bindings():
     with pytest.raises(dynashape.RunTerminated, match="terminate"):
         sess.run(None, {"ids": [[1]]}, ro)
     assert sess.stats.runs == 1
-    with pytest.raises(NotImplementedError, match="io_binding"):
-        sess.io_binding()
-    with pytest.raises(NotImplementedError, match="OrtValue"):
-        sess.run_with_ort_values(None, {})
