@@ -33,6 +33,7 @@ entry, a failed I/O-binding run), dynashape's class also derives from ``RuntimeE
 from __future__ import annotations
 
 __all__ = [
+    "MapItemTypeError",
     "DynashapeError",
     "OrtStatusError",
     "ModelFileNotFoundError",
@@ -269,6 +270,11 @@ class InputFixedDimMismatch(InvalidFeedError):
 
 class InputDtypeMismatch(InvalidFeedError, TypeError):
     """A feed has a different element type than the model declares."""
+
+
+class MapItemTypeError(InputDtypeMismatch, RuntimeError):
+    """A key or value of a map feed is not of the map's declared type (onnxruntime's binding
+    raises a ``RuntimeError`` there: "Unexpected key type ..., it cannot be linked to C type")."""
 
 
 class DimParamMismatch(InvalidFeedError):

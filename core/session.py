@@ -20,7 +20,7 @@ import numpy as np
 from .dtypes import MapType, OptionalType, SequenceType, type_key, value_type_string
 from .engine import Engine, LiveStats
 from .errors import (DimParamMismatch, InputDtypeMismatch, InputFixedDimMismatch, InputNameError,
-                     InputRankMismatch, InvalidArgumentError, InvalidFeedError, RunTerminated)
+                     InputRankMismatch, InvalidArgumentError, InvalidFeedError, MapItemTypeError, RunTerminated)
 from .executor import Arena, RunStats
 from .graph import PreparedGraph, as_graph, input_dims, prepare_graph, release_unread_constants
 from .inference import fold_constants
@@ -213,8 +213,9 @@ def _map_item(at: str, what: str, dtype: Any, x: Any) -> Any:
             return int(x) if what == "key" else np.dtype(dtype).type(x)
     elif isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool):
         return np.dtype(dtype).type(x)
-    raise InputDtypeMismatch(f"{at}: a map {what} must be {value_type_string(dtype)}, got "
-                             f"{type(x).__name__} {x!r}")
+    c_type = {"int64": "int64_t", "float32": "float", "float64": "double"}.get(np.dtype(dtype).name, "std::string")
+    raise MapItemTypeError(f"{at}: a map {what} must be {value_type_string(dtype)}, got {type(x).__name__} {x!r} "
+                           f"(Unexpected {what} type  {type(x)}, it cannot be linked to C type {c_type})")
 
 
 def map_feed(at: str, vtype: MapType, value: Any) -> dict:
