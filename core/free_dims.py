@@ -1,9 +1,11 @@
 """Free dimension overrides: ``SessionOptions.add_free_dimension_override_by_name`` /
-``_by_denotation`` pin symbolic dims of the graph inputs to fixed values.
+``_by_denotation`` pin symbolic dims of the graph inputs (and outputs) to fixed values.
 
-A graph-input dim whose ``dim_param`` is an overridden name, or whose ``denotation`` is an
-overridden denotation (``"DATA_BATCH"``, ONNX's DimensionDenotation.md), becomes a fixed dim
-of that value before the session compiles: ``get_inputs()`` shows it, the compiled program
+A graph-input or -output dim whose ``dim_param`` is an overridden name, or whose
+``denotation`` is an overridden denotation (``"DATA_BATCH"``, ONNX's DimensionDenotation.md),
+becomes a fixed dim of that value before the session compiles: ``get_inputs()`` and
+``get_outputs()`` show it (as onnxruntime's, whose shape inference carries the pinned value
+to the outputs), the compiled program
 computes with it, and a feed of another size raises
 :class:`~dynashape.errors.InputFixedDimMismatch` naming the input and axis. A negative value
 leaves the dim free (onnxruntime shows -1 there and binds it per run); a name or denotation
@@ -24,9 +26,9 @@ __all__ = ["apply_free_dimension_overrides"]
 
 
 def _denotations(model: Model) -> dict[str, list[str]]:
-    """Each graph input's dim denotations (``""`` where none), from the model's proto."""
+    """Each graph input's and output's dim denotations (``""`` where none), from the model's proto."""
     out = {}
-    for vi in model.proto.graph.input:
+    for vi in list(model.proto.graph.input) + list(model.proto.graph.output):
         t = vi.type
         if t.HasField("tensor_type") and t.tensor_type.HasField("shape"):
             out[vi.name] = [d.denotation for d in t.tensor_type.shape.dim]
@@ -44,29 +46,41 @@ def apply_free_dimension_overrides(model: Model, by_name: Mapping[str, int], by_
     if not by_name and not by_denotation:
         return model
     denotations = _denotations(model) if by_denotation else {}
-    inputs = []
+    inputs, pinned_in = _pinned(model.graph.inputs, denotations, by_name, by_denotation, "input")
+    # (an input dim pinned by its denotation pins the outputs' dims of its dim_param too)
+    names = {**{old.value: new.value for vi, pinned in zip(model.graph.inputs, inputs) if vi.dims
+                for old, new in zip(vi.dims, pinned.dims) if old.kind != FIXED and new.kind == FIXED},
+             **by_name}
+    outputs, pinned_out = _pinned(model.graph.outputs, denotations, names, by_denotation, "output")
+    if not pinned_in and not pinned_out:
+        return model
+    return dataclasses.replace(model, graph=dataclasses.replace(model.graph, inputs=inputs, outputs=outputs))
+
+
+def _pinned(values: list, denotations: dict, by_name: Mapping[str, int], by_denotation: Mapping[str, int],
+            what: str) -> tuple[list, bool]:
+    """(the ValueInfos with their overridden dims fixed, whether any was)."""
+    out = []
     changed = False
-    for vi in model.graph.inputs:
+    for vi in values:
         if vi.dims is None:
-            inputs.append(vi)
+            out.append(vi)
             continue
         dims = list(vi.dims)
         marks = denotations.get(vi.name, [])
         for axis, d in enumerate(dims):
             if d.kind == FIXED:
                 continue
-            values = set()
+            found = set()
             if d.value in by_name:
-                values.add(by_name[d.value])    # type: ignore[index]
+                found.add(by_name[d.value])    # type: ignore[index]
             if axis < len(marks) and marks[axis] in by_denotation:
-                values.add(by_denotation[marks[axis]])
-            if len(values) > 1:
-                raise InvalidArgumentError(f"Conflicting free dimension overrides: input '{vi.name}', axis {axis} "
-                                           f"({d.value or 'unnamed'}) is given {sorted(values)}")
-            if values and (value := values.pop()) >= 0:
+                found.add(by_denotation[marks[axis]])
+            if len(found) > 1:
+                raise InvalidArgumentError(f"Conflicting free dimension overrides: {what} '{vi.name}', axis {axis} "
+                                           f"({d.value or 'unnamed'}) is given {sorted(found)}")
+            if found and (value := found.pop()) >= 0:
                 dims[axis] = DimSpec(FIXED, int(value))
                 changed = True
-        inputs.append(dataclasses.replace(vi, dims=tuple(dims)))
-    if not changed:
-        return model
-    return dataclasses.replace(model, graph=dataclasses.replace(model.graph, inputs=inputs))
+        out.append(dataclasses.replace(vi, dims=tuple(dims)))
+    return out, changed

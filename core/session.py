@@ -460,6 +460,12 @@ class InferenceSession:
         return [_node_arg(v) for v in self._inputs]
 
     def get_outputs(self) -> list[NodeArg]:
+        """The outputs as the model declares them (name, declared dims: ints, dim_param names,
+        None where unknown; type), as onnxruntime reports them. Their inferred symbolic shapes:
+        :meth:`get_inferred_outputs` and :attr:`symbolic_shapes`."""
+        return [_node_arg(v) for v in self._outputs]
+
+    def get_inferred_outputs(self) -> list[NodeArg]:
         """Outputs with their inferred symbolic shapes (``["batch", "sequence*2"]``); the
         declared shape where inference found the output data-dependent."""
         out = []
@@ -470,6 +476,15 @@ class InferenceSession:
             else:
                 out.append(_node_arg(v))
         return out
+
+    @property
+    def symbolic_shapes(self) -> dict:
+        """``{name: shape}`` of every graph input and output as inference finds it: ints and
+        symbolic dims as text (``"past_sequence + sequence"``; ``"unk__N"`` where a dim depends on
+        data), None where the rank is unknown (``dynashape inspect`` lists every tensor's)."""
+        sg, slots = self.symbolic, self.graph.slot
+        return {v.name: sg.display_shape(slots[v.name]) for v in list(self._inputs) + list(self._outputs)
+                if v.name in slots}
 
     def get_overridable_initializers(self) -> list[NodeArg]:
         """Initializers that are also graph inputs: a feed of that name overrides the value."""

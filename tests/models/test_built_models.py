@@ -73,7 +73,7 @@ def assert_cache_counts(sess, n_runs: int, n_signatures: int) -> None:
 
 def output_dim(sess, output: int, axis: int):
     """The symbolic dim (an int or an Expr) inferred for an output axis."""
-    return sess.symbolic.shapes[sess.graph.slot[sess.get_outputs()[output].name]][axis]
+    return sess.symbolic.shapes[sess.graph.slot[sess.get_inferred_outputs()[output].name]][axis]
 
 
 # --- BERT ---------------------------------------------------------------------------------
@@ -174,7 +174,7 @@ def test_gpt2_decoder_prefill_and_cached_steps_match_ort(allocator):
 
 def test_gpt2_decoder_reports_symbolic_output_shapes():
     sess = dynashape.InferenceSession(gpt2())
-    outputs = sess.get_outputs()
+    outputs = sess.get_inferred_outputs()
     heads, head_dim = GPT2["heads"], GPT2["hidden"] // GPT2["heads"]
     assert outputs[0].name == "logits" and outputs[0].shape == ["batch", "sequence", GPT2["vocab"]]
     # presents are Concat(past, new): past_sequence + sequence (not the attention mask's symbol)
@@ -182,6 +182,11 @@ def test_gpt2_decoder_reports_symbolic_output_shapes():
         assert out.shape == ["batch", heads, "past_sequence + sequence", head_dim], out
     assert [o.name for o in outputs[1:]] == [f"present_{kv}_{i}" for i in range(GPT2["layers"])
                                              for kv in ("key", "value")]
+    # get_outputs() reports the declared dims, as onnxruntime; symbolic_shapes the inferred ones
+    declared = sess.get_outputs()
+    assert [o.shape for o in declared[1:]] == [["batch", heads, "total_sequence", head_dim]] * (2 * GPT2["layers"])
+    assert sess.symbolic_shapes["present_key_0"] == ["batch", heads, "past_sequence + sequence", head_dim]
+    assert sess.symbolic_shapes["input_ids"] == ["batch", "sequence"]
 
 
 def greedy_decode(run, prompt: np.ndarray, mask: np.ndarray, steps: int):

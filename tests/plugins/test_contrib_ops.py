@@ -112,7 +112,7 @@ def test_skip_layer_norm_matches_ort(skip_dims, beta, bias, outputs):
         shape = [b if d == "batch" else s if d == "seq" else d for d in skip_dims]
         feeds.append({"x": rand(b, s, H, scale=2.0), "skip": rand(*shape)})
     sess = assert_runs_match_ort(model, feeds, ort_fixed_in=SLN_STATS_FIXED_IN, spec=_ort_with_numpy_stats)
-    assert sess.get_outputs()[0].shape == ["batch", "seq", H]
+    assert sess.get_inferred_outputs()[0].shape == ["batch", "seq", H]
 
 
 def test_skip_layer_norm_2d_tokens_default_epsilon():
@@ -122,7 +122,8 @@ def test_skip_layer_norm_2d_tokens_default_epsilon():
                      ["y", "mean", "inv_std", "sum"], initializers=[("gamma", rand(H))])
     feeds = [{"x": rand(n, H, scale=1e-3), "skip": rand(n, H, scale=1e-3)} for n in (5, 2, 9)]
     sess = assert_matches_ort(model, feeds, ort_fixed_in=SLN_STATS_FIXED_IN, spec=_ort_with_numpy_stats)
-    assert [o.shape for o in sess.get_outputs()] == [["tokens", H], ["tokens", 1], ["tokens", 1], ["tokens", H]]
+    assert [o.shape for o in sess.get_inferred_outputs()] == [["tokens", H], ["tokens", 1], ["tokens", 1],
+                                                              ["tokens", H]]
 
 
 def test_skip_layer_norm_shape_errors():
@@ -183,7 +184,7 @@ def test_embed_layer_norm_matches_ort(segment, mask, position_ids, outputs):
     model = _embed_model(segment, mask, position_ids, outputs)
     feeds = [_embed_feeds(b, s, segment, mask, position_ids) for b, s in ((2, 6), (1, 3), (3, 11), (2, 6))]
     sess = assert_runs_match_ort(model, feeds)
-    shapes = [o.shape for o in sess.get_outputs()]
+    shapes = [o.shape for o in sess.get_inferred_outputs()]
     assert shapes[0] == ["batch", "seq", H]
     if outputs[1]:
         assert shapes[1] == ["batch"]
@@ -286,7 +287,7 @@ def test_attention_mask_forms_match_ort(form, unidirectional):
             f["mask"] = _mask(form, b, s, s)
         feeds.append(f)
     sess = assert_matches_ort(model, feeds)
-    assert sess.get_outputs()[0].shape == ["batch", "seq", D]
+    assert sess.get_inferred_outputs()[0].shape == ["batch", "seq", D]
 
 
 @pytest.mark.parametrize("attrs", [{"mask_filter_value": -50.0}, {"scale": 0.2}, {"mask_filter_value": -1e6}],
@@ -331,7 +332,7 @@ def test_attention_without_bias_and_with_qkv_hidden_sizes():
                        ort_fixed_in=ATTENTION_NO_BIAS_FIXED_IN, spec=_ort_with_zero_bias)
     model = _attention_model(["batch", "seq"], qkv_sizes=(D, D, 12), input_hidden=10)
     sess = assert_matches_ort(model, [{"x": rand(b, s, 10), "mask": _mask("2d", b, s, s)} for b, s in SHAPES])
-    assert sess.get_outputs()[0].shape == ["batch", "seq", 12]
+    assert sess.get_inferred_outputs()[0].shape == ["batch", "seq", 12]
 
 
 @pytest.mark.parametrize("ab_dims", [[1, HEADS, "seq", "seq"], ["batch", HEADS, "seq", "seq"]],
@@ -374,7 +375,8 @@ def test_attention_past_present_unidirectional_matches_ort(mask_form):
             f["mask"] = _mask(mask_form, b, s, p + s)
         feeds.append(f)
     sess = assert_matches_ort(model, feeds)
-    assert [o.shape for o in sess.get_outputs()] == [["batch", "seq", D], [2, "batch", HEADS, "past + seq", HEAD]]
+    assert [o.shape for o in sess.get_inferred_outputs()] == [["batch", "seq", D],
+                                                              [2, "batch", HEADS, "past + seq", HEAD]]
 
 
 def test_attention_decoding_loop_feeds_present_back_as_past():
@@ -398,7 +400,7 @@ def test_attention_decoding_loop_feeds_present_back_as_past():
 def test_attention_present_without_past_matches_ort():
     model = _attention_model(["batch", "seq"], n_out=2)
     sess = assert_matches_ort(model, [{"x": rand(b, s, D), "mask": _mask("2d", b, s, s)} for b, s in SHAPES])
-    assert sess.get_outputs()[1].shape == [2, "batch", HEADS, "seq", HEAD]
+    assert sess.get_inferred_outputs()[1].shape == [2, "batch", HEADS, "seq", HEAD]
 
 
 def _numpy_attention(x, w, b, keep, past_kv=None):
