@@ -443,23 +443,40 @@ def plugin_load_errors() -> dict[str, str]:
 
 def register_plugin(plugin: Any, name: Optional[str] = None) -> str:
     """Register a plugin object/module at run time; returns its name. Rebuilds the registry lazily.
+    Registering the same object again (a notebook cell run twice) does nothing and returns the
+    name it has.
 
     Raises:
         PluginError: a hook is misspelled (``check_pending``), the object implements no
-            dynashape hook, or the name is taken.
+            dynashape hook, or another plugin has the name.
     """
     pm = plugin_manager()
     with _lock:
+        if pm.is_registered(plugin):
+            return pm.get_name(plugin) or ""
+        what = name or _describe(plugin)
+        if name and pm.has_plugin(name):
+            raise PluginError(f"plugin '{name}' could not be registered: another plugin has that name; "
+                              f"unregister_plugin('{name}') first, or register this one under another name")
         try:
             registered = pm.register(plugin, name=name)
             pm.check_pending()
-            _require_hooks(pm, plugin, name or registered or repr(plugin))
+            _require_hooks(pm, plugin, what)
+        except PluginError:
+            raise
         except Exception as exc:
             if name and pm.has_plugin(name):
                 pm.unregister(name=name)
-            raise PluginError(f"plugin '{name or plugin}' could not be registered: {exc}") from exc
+            raise PluginError(f"plugin '{what}' could not be registered: {exc}") from exc
         _invalidate()
         return registered or name or ""
+
+
+def _describe(plugin: Any) -> str:
+    """A short name for a plugin object in a message (its module's name, or its type's; never
+    the repr of every hook)."""
+    name = getattr(plugin, "__name__", None)
+    return name if isinstance(name, str) else f"{type(plugin).__name__} object"
 
 
 def _require_hooks(pm: pluggy.PluginManager, plugin: Any, name: str) -> None:

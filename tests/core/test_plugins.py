@@ -601,3 +601,21 @@ def test_default_threads_follow_omp_num_threads_else_the_cpus(monkeypatch):
         assert threads.default_threads() == len(os.sched_getaffinity(0))
     finally:
         threads.default_threads.cache_clear()
+
+
+def test_registering_the_same_plugin_twice_is_quiet_and_a_taken_name_is_one_short_error():
+    """A notebook cell that registers its plugin runs twice: the second time does nothing;
+    another plugin under a taken name is refused in one line naming the way out."""
+    from dynashape.records import OpLibrary
+    plugin = OpLibrary().plugin()
+    name = dynashape.register_plugin(plugin, name="twice-plugin")
+    try:
+        assert dynashape.register_plugin(plugin, name="twice-plugin") == name == "twice-plugin"
+        with pytest.raises(dynashape.PluginError) as info:
+            dynashape.register_plugin(OpLibrary().plugin(), name="twice-plugin")
+        text = str(info.value)
+        assert text == ("plugin 'twice-plugin' could not be registered: another plugin has that name; "
+                        "unregister_plugin('twice-plugin') first, or register this one under another name")
+        assert "namespace(" not in text and "<function" not in text
+    finally:
+        dynashape.unregister_plugin("twice-plugin")
