@@ -14,6 +14,7 @@ INDEX = {
         ('com.microsoft', 'Gelu'),
     )),
     'dynashape_example.layernorm': (False, (
+        ('', 'SimplifiedLayerNormalization'),
         ('com.microsoft', 'EmbedLayerNormalization'),
         ('com.microsoft', 'LayerNormalization'),
         ('com.microsoft', 'SimplifiedLayerNormalization'),

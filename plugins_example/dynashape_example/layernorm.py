@@ -560,6 +560,7 @@ def _run_ln(inputs, outputs, prepared, simplified: bool) -> None:
                        _opt_out(outputs, 2, wanted))
 
 
+@lib.op("SimplifiedLayerNormalization", since_version=1, domain="", infer_dtype=_ln_dtypes)
 @lib.op("SimplifiedLayerNormalization", since_version=1, domain=DOMAIN, infer_dtype=_ln_dtypes)
 def _simplified_ln_shape(ctx):
     """SimplifiedLayerNormalization (RMS norm): ``Y = X * inv_std_var * scale`` over the axes
@@ -571,7 +572,8 @@ def _simplified_ln_shape(ctx):
     (default 1e-5), stash_type (only 1, float32 statistics: others raise
     UnsupportedOperatorError). float16 computes in float32, float64 in float64.
     ONNX Runtime registers this op in the default domain (``ai.onnx``, version 1, its contrib
-    schema; no ONNX spec op of that name exists); this plugin registers it in ``com.microsoft``
+    schema; no ONNX spec op of that name exists), where its transformer optimizer writes it
+    (an optimized T5 encoder); this plugin registers it there and in ``com.microsoft``
     (version 1) with the same semantics, which the tests check against onnxruntime's
     ``ai.onnx`` kernel.
     Raises ShapeInferenceError for an axis out of range, a scale that does not broadcast, a
@@ -607,6 +609,8 @@ def _contrib_ln_shape(ctx):
     return _ln_common_shape(ctx, simplified=False)
 
 
+@lib.kernel("SimplifiedLayerNormalization", domain="", dtypes=[np.float32, np.float16, np.float64],
+            prepare=_ln_prepare)
 @lib.kernel("SimplifiedLayerNormalization", domain=DOMAIN, dtypes=[np.float32, np.float16, np.float64],
             prepare=_ln_prepare)
 def _simplified_ln(inputs, outputs, prepared):

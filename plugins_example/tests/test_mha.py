@@ -102,7 +102,7 @@ def assert_session_matches_ort(model, feeds_list, rtol=RTOL, atol=ATOL, referenc
 
 
 def output_shapes(sess):
-    return [o.shape for o in sess.get_outputs()]
+    return [o.shape for o in sess.get_inferred_outputs()]
 
 
 # ----------------------------------------------------------------------------------------

@@ -125,7 +125,7 @@ def in_domain(model, domain, onnx_opset=None):
 
 
 def output_shapes(sess):
-    return [o.shape for o in sess.get_outputs()]
+    return [o.shape for o in sess.get_inferred_outputs()]
 
 
 # ----------------------------------------------------------------------------------------

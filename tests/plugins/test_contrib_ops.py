@@ -545,3 +545,21 @@ def test_without_the_plugin_every_missing_contrib_op_is_named(model, ops):
     for op in ops:
         assert f"com.microsoft::{op} (opset 1" in out
     assert "dynashape-contrib-ops plugin" in out
+
+
+def test_simplified_layer_normalization_in_the_default_domain_as_onnxruntime_writes_it():
+    """onnxruntime's transformer optimizer writes SimplifiedLayerNormalization in the ONNX
+    domain (an optimized T5 encoder): the plugin runs it there, equal to onnxruntime, with the
+    RMS norm's value by hand."""
+    scale = np.linspace(0.5, 1.5, 8).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("SimplifiedLayerNormalization", ["x", "scale"], ["y"], axis=-1,
+                                                epsilon=1e-6)], "t5_rms",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(scale, "scale")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    feeds = [{"x": rand(b, s, 8)} for b, s in ((2, 3), (1, 7), (3, 1))]
+    sess = assert_matches_ort(model, feeds)
+    x = feeds[0]["x"]
+    want = x / np.sqrt((x.astype(np.float64) ** 2).mean(-1, keepdims=True) + 1e-6) * scale
+    np.testing.assert_allclose(sess.run(None, feeds[0])[0], want, rtol=1e-5, atol=1e-6)

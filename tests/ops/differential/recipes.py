@@ -1315,6 +1315,7 @@ def _ms_fused_matmul(d, opset):
     return Example([floats(d, a), floats(d, b)], {"alpha": one_of(d, [1.0, 0.5]), "transA": ta, "transB": tb})
 
 
+@recipe("SimplifiedLayerNormalization", min_opset=1)     # (onnxruntime's, in the ONNX domain)
 @recipe("LayerNormalization", "SimplifiedLayerNormalization", domain=MS, min_opset=1)
 def _ms_layernorm(d, opset):
     s = shape(d, 1, 3, 1)
