@@ -276,3 +276,25 @@ def test_text_vectorizer_with_the_converter_tokenizer_options(options):
     _needs_tokenizer()
     onx, x, _ = _text_model(CountVectorizer(ngram_range=(1, 2)), False, options)
     assert_matches(onx, x, batches=(1, 7, 64))
+
+
+def test_dict_vectorizer_pipeline_takes_a_dict_per_run():
+    """scikit-learn's DictVectorizer + LinearRegression as skl2onnx exports it: the input is one
+    map(string, float) (a dict), equal to onnxruntime and to the pipeline's predict, unknown
+    keys ignored."""
+    from skl2onnx.common.data_types import DictionaryType
+    from sklearn.feature_extraction import DictVectorizer
+
+    import dynashape
+    from tests.conftest import ort_session
+    rows = [{"a": 1.0, "b": 2.0}, {"b": 3.5, "c": -1.0}, {"a": 0.5, "c": 2.0}, {"a": -2.0, "b": 0.25, "c": 1.0}]
+    pipe = Pipeline([("dv", DictVectorizer(sparse=False)), ("lr", LinearRegression())]).fit(
+        rows, np.array([1.0, 2.0, 3.0, -1.0]))
+    onx = convert_sklearn(pipe, initial_types=[("input", DictionaryType(StringTensorType([1]), FloatTensorType([1])))])
+    model = to_onnx_bytes(onx)
+    sess, ort = dynashape.InferenceSession(model), ort_session(model)
+    assert sess.get_inputs()[0].type == "map(string,tensor(float))" == ort.get_inputs()[0].type
+    for row in rows + [{"z": 3.0}, {"a": 1.0, "unknown": 9.0}]:
+        (got,) = sess.run(None, {"input": row})
+        assert_same_value(got, ort.run(None, {"input": row})[0], f"row {row}")
+        np.testing.assert_allclose(got.reshape(-1), pipe.predict([row]), rtol=1e-5, atol=1e-5)
