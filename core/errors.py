@@ -33,7 +33,9 @@ entry, a failed I/O-binding run), dynashape's class also derives from ``RuntimeE
 from __future__ import annotations
 
 __all__ = [
+    "OutputNameError",
     "MapItemTypeError",
+    "IndexOutOfRangeError",
     "DynashapeError",
     "OrtStatusError",
     "ModelFileNotFoundError",
@@ -260,6 +262,10 @@ class InputNameError(InvalidFeedError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class OutputNameError(InputNameError):
+    """An unknown output name was asked for (an InputNameError too, as it was before)."""
+
+
 class InputRankMismatch(InvalidFeedError):
     """A feed has a different rank than the model declares."""
 
@@ -297,6 +303,12 @@ class ShapeInferenceError(Fail, DynashapeError, ValueError):
         self.node = node
         self.op_type = op_type
         self.kind = kind
+
+
+class IndexOutOfRangeError(ShapeInferenceError, InvalidArgument, IndexError):
+    """An index a node reads from its input data is outside the dim it indexes (a token id
+    beyond the embedding table): a problem of the feed's values, which onnxruntime reports as
+    INVALID_ARGUMENT; also a ShapeInferenceError (``kind`` names the rule) and an IndexError."""
 
 
 class UnsupportedOperatorError(NotImplemented, InvalidGraph, DynashapeError, NotImplementedError):

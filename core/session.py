@@ -20,7 +20,8 @@ import numpy as np
 from .dtypes import MapType, OptionalType, SequenceType, type_key, value_type_string
 from .engine import Engine, LiveStats
 from .errors import (DimParamMismatch, InputDtypeMismatch, InputFixedDimMismatch, InputNameError,
-                     InputRankMismatch, InvalidArgumentError, InvalidFeedError, MapItemTypeError, RunTerminated)
+                     InputRankMismatch, InvalidArgumentError, InvalidFeedError, MapItemTypeError, OutputNameError,
+                     RunTerminated)
 from .executor import Arena, RunStats
 from .graph import PreparedGraph, as_graph, input_dims, prepare_graph, release_unread_constants
 from .inference import fold_constants
@@ -740,7 +741,7 @@ class InferenceSession:
         for n in output_names:
             i = self._output_index.get(n)
             if i is None:
-                raise InputNameError(f"unknown output name '{n}'; the model's outputs are "
+                raise OutputNameError(f"unknown output name '{n}'; the model's outputs are "
                                      f"{[o.name for o in self._outputs]}")
             out.append(i)
         return out

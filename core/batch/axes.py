@@ -236,9 +236,9 @@ def model_layout(sess: "InferenceSession", output_names: Optional[Sequence[str]]
     Raises:
         BatchAxisError: an input without a symbolic batch axis (axis 0), inputs with different
             batch symbols, a scalar or container input, a row axis that is an expression.
-        InputNameError: an unknown output name.
+        OutputNameError (an InputNameError): an unknown output name.
     """
-    from ..errors import InputNameError
+    from ..errors import OutputNameError
 
     batch, inputs, labels = _input_layouts(sess)
     lengths = tuple(dict.fromkeys(s for i in inputs for _, s in i.length_axes))
@@ -246,6 +246,6 @@ def model_layout(sess: "InferenceSession", output_names: Optional[Sequence[str]]
     names = list(output_names) if output_names else known
     for n in names:
         if n not in known:
-            raise InputNameError(f"unknown output name '{n}'; the model's outputs are {known}")
+            raise OutputNameError(f"unknown output name '{n}'; the model's outputs are {known}")
     outputs = tuple(_output_layout(sess, n, batch, set(lengths), labels) for n in names)
     return ModelLayout(batch, lengths, labels, inputs, outputs)

@@ -104,7 +104,7 @@ class Predictor:
         BatchAxisError: an input without a symbolic batch axis; an output whose batch axis, or
             (with padding) whose length axes, the symbolic shapes do not decide.
         InvalidArgumentError: bad ``buckets``, ``pad_values`` or ``batch_size``.
-        InputNameError: an unknown output name.
+        OutputNameError (an InputNameError): an unknown output name.
         ModelLoadError / UnsupportedOperatorError: as ``InferenceSession``.
     """
 

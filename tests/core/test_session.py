@@ -230,3 +230,25 @@ def test_a_loaded_model_serves_two_sessions_with_the_same_values():
         (y,) = dynashape.InferenceSession(model).run(None, {"x": x})
         np.testing.assert_allclose(y, want, rtol=1e-6)
     np.testing.assert_array_equal(model.graph.initializers["w"], w)
+
+
+def test_an_unknown_output_name_and_an_index_out_of_range_raise_what_they_are():
+    """An unknown output name is an OutputNameError (still an InputNameError); an index a feed
+    holds beyond its table (a token id) is an IndexOutOfRangeError: an IndexError and
+    onnxruntime's InvalidArgument as well as the ShapeInferenceError it was."""
+    from onnx import TensorProto
+    table = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(4, 3), "table")
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, ["n"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])
+    model = helper.make_model(helper.make_graph([helper.make_node("Gather", ["table", "ids"], ["y"])], "g",
+                                                [ids], [y], [table]), opset_imports=[helper.make_opsetid("", 17)])
+    sess = dynashape.InferenceSession(model.SerializeToString())
+    with pytest.raises(dynashape.OutputNameError, match="unknown output name 'nope'") as info:
+        sess.run(["nope"], {"ids": np.array([1])})
+    assert isinstance(info.value, dynashape.InputNameError)
+    with pytest.raises(IndexError, match="index 7 is out of range for a dim of size 4") as info:
+        sess.run(None, {"ids": np.array([1, 7])})
+    assert isinstance(info.value, dynashape.ShapeInferenceError) and info.value.kind == "GatherIndexOutOfRange"
+    from dynashape.capi.onnxruntime_pybind11_state import InvalidArgument
+    assert isinstance(info.value, InvalidArgument)
+    np.testing.assert_array_equal(sess.run(None, {"ids": np.array([3, -4])})[0], [[9, 10, 11], [0, 1, 2]])
