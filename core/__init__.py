@@ -76,3 +76,9 @@ __all__ = [
     "__version__",
     *_errors_all,
 ]
+
+
+def __dir__() -> list:
+    """The module's names, the lazily imported ones included (``dir(dynashape)`` lists
+    ``InferenceSession`` before anything imported the session)."""
+    return sorted(set(globals()) | set(__all__) | {"capi", "datasets", "backend"})

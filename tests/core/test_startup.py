@@ -42,6 +42,14 @@ def test_import_dynashape_imports_no_op_family_plugin_or_heavy_library():
     assert not {m for m in modules for h in HEAVY if m == h or m.startswith(h + ".")}
 
 
+def test_dir_lists_the_lazy_names_without_importing_them():
+    """``dir(dynashape)`` (tab completion) shows InferenceSession and onnxruntime's names
+    before anything imported the session."""
+    modules = _imported_after("import dynashape\nnames = dir(dynashape)\n"
+                              "assert {'InferenceSession', 'SessionOptions', 'OrtValue', 'capi'} <= set(names), names")
+    assert not {m for m in modules for h in HEAVY if m == h or m.startswith(h + ".")}
+
+
 _ONNX_FREE_RUN = textwrap.dedent("""
     import json, sys
     import numpy as np
