@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 from dynashape.dtypes import is_float
-from dynashape.errors import ShapeInferenceError
+from dynashape.errors import IndexOutOfRangeError, ShapeInferenceError
 from dynashape.records import InferContext, OpLibrary, fixed_dtype, same_dtype
 from dynashape.shapes import (broadcast_shapes, check_dims_equal, check_vector_inputs, dim_max, dim_min,
                               normalize_axes, normalize_axis, numel, require, value_list)
@@ -72,13 +72,14 @@ _min_of, _max_of = np.minimum.reduce, np.maximum.reduce
 
 
 def _check_index_range(idx: np.ndarray, size: int, node: str, op: str, kind: str, what: str) -> None:
-    """Raise ShapeInferenceError when an index is outside [-size, size - 1]."""
+    """Raise IndexOutOfRangeError (a ShapeInferenceError) when an index is outside
+    [-size, size - 1]."""
     if idx.size == 0:
         return
     lo, hi = int(_min_of(idx, None)), int(_max_of(idx, None))
     if lo < -size or hi >= size:
         bad = lo if lo < -size else hi
-        raise ShapeInferenceError(
+        raise IndexOutOfRangeError(
             f"{op} node '{node}': {what} {bad} is out of range for a dim of size {size} "
             f"(valid: [{-size}, {size - 1}])", node=node, op_type=op, kind=kind)
 
