@@ -469,18 +469,36 @@ lib.op("ArrayFeatureExtractor", since_version=1, domain=DOMAIN, infer_dtype=same
        propagate_value=_extractor_value)(_extractor_shape)
 
 
-@lib.kernel("ArrayFeatureExtractor", domain=DOMAIN)
-def _array_feature_extractor(inputs, outputs, ctx):
+class _Extraction:
+    """The indices when they are a constant of the model (the shape rule's guards checked them
+    against X's last dim once per signature: the kernel takes them as they are), else None."""
+
+    __slots__ = ("indices", "node")
+
+    def __init__(self, indices, node: str):
+        self.indices, self.node = indices, node
+
+
+def _extraction(ctx) -> _Extraction:
+    y = ctx.value(1)
+    known = y is not None and np.asarray(y).dtype != object
+    return _Extraction(np.ascontiguousarray(np.asarray(y).reshape(-1), dtype=np.intp) if known else None,
+                       ctx.node.name or "<unnamed>")
+
+
+@lib.kernel("ArrayFeatureExtractor", domain=DOMAIN, prepare=_extraction)
+def _array_feature_extractor(inputs, outputs, plan: _Extraction):
     x, y = inputs
-    idx = np.asarray(y).reshape(-1)
-    d = x.shape[-1]
-    if idx.size and (idx.min() < 0 or idx.max() >= d):
-        bad = idx[(idx < 0) | (idx >= d)][0]
-        name = ctx.node.name or "<unnamed>"
-        raise ShapeInferenceError(
-            f"ArrayFeatureExtractor node '{name}': index {bad} is out of range for the last axis of X "
-            f"(size {d}); expected [0, {d - 1}]", node=ctx.node.name, op_type="ArrayFeatureExtractor",
-            kind="IndexOutOfRange")
+    idx = plan.indices
+    if idx is None:      # (indices fed at run time: checked here)
+        idx = np.asarray(y).reshape(-1)
+        d = x.shape[-1]
+        if idx.size and (idx.min() < 0 or idx.max() >= d):
+            bad = idx[(idx < 0) | (idx >= d)][0]
+            raise ShapeInferenceError(
+                f"ArrayFeatureExtractor node '{plan.node}': index {bad} is out of range for the last axis of X "
+                f"(size {d}); expected [0, {d - 1}]", node=plan.node, op_type="ArrayFeatureExtractor",
+                kind="IndexOutOfRange")
     res = np.take(x, idx, axis=-1).reshape(_extractor_out(x.shape, y.shape))
     if outputs[0] is None:
         return [res]
