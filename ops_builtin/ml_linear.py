@@ -130,9 +130,13 @@ def row_max(z: np.ndarray) -> np.ndarray:
     return top[:, None]
 
 
+#: from this many elements a row sum is one BLAS product (below, numpy's sum costs less)
+BLAS_ROW_SUM = 4096
+
+
 def row_sum(z: np.ndarray) -> np.ndarray:
     """Each row's sum of a 2-D float array, as [N, 1] (one BLAS product where it applies)."""
-    sums = trailing_sums(np.ascontiguousarray(z))
+    sums = trailing_sums(np.ascontiguousarray(z)) if z.size >= BLAS_ROW_SUM else None
     return sums if sums is not None else z.sum(axis=1, keepdims=True)
 
 
@@ -278,9 +282,8 @@ def first_argmax(scores: np.ndarray) -> np.ndarray:
     in column 0 keeps column 0, a NaN elsewhere is never chosen."""
     if scores.shape[1] == 0:
         return np.zeros(scores.shape[0], np.intp)
-    best = scores.argmax(axis=1)       # (numpy's argmax picks a row's first NaN: only then the slow way)
-    if not np.isnan(np.take_along_axis(scores, best[:, None], axis=1)).any():
-        return best
+    if not np.isnan(scores).any():     # (numpy's argmax picks a row's first NaN: only then the slow way)
+        return scores.argmax(axis=1)
     first = np.where(np.isnan(scores[:, :1]), np.inf, scores[:, :1])
     rest = np.where(np.isnan(scores[:, 1:]), -np.inf, scores[:, 1:])
     return np.argmax(np.concatenate([first, rest], axis=1), axis=1)
