@@ -73,7 +73,9 @@ def _label_attrs(ctx):
             names = ", ".join(f"{side}_{n}" for n, _ in kinds)
             ctx.fail(f"exactly one of {names} must be given, got {len(given)}", kind="InvalidAttribute")
         name, dt = given[0]
-        arr = np.asarray(ctx.attr(f"{side}_{name}"))
+        raw = ctx.attr(f"{side}_{name}")
+        # (a list of str as an object array: numpy's U strings would drop trailing NULs)
+        arr = np.asarray(list(raw), dtype=object) if name == "strings" else np.asarray(raw)
         arr = arr.reshape(-1).astype(dt if dt is not None else arr.dtype)
         if _is_string(arr.dtype):
             arr = np.asarray(_texts(arr), dtype=object).reshape(-1)
@@ -103,13 +105,20 @@ def _label_attrs(ctx):
     return keys, values, default, key_dtype, out_dtype
 
 
+def _nul_safe(texts: list) -> np.ndarray:
+    """Strings as a numpy unicode array that keeps trailing NULs: numpy's ``U`` strings drop
+    them ("B\\0" would equal "B"), so each gets one more character, the same for keys and
+    inputs (equality and a consistent order are all the lookup needs)."""
+    return np.asarray([t + "\x01" for t in texts], dtype=str)
+
+
 def _label_table(ctx) -> _Table:
     keys, values, default, key_dtype, out_dtype = _label_attrs(ctx)
     string_keys = key_dtype == _STRING
     nan_value, last_wins = None, ctx.opset >= 4
     bitwise = not last_wins and keys.dtype == np.float32
     if string_keys:
-        keys = np.asarray(keys.tolist(), dtype=str)
+        keys = _nul_safe(keys.tolist())
     elif bitwise:
         keys = keys.view(np.int32)
     elif keys.dtype.kind == "f":
@@ -159,7 +168,7 @@ def _label_encoder(inputs, outputs, table):
     """Binary search of every element in the sorted keys (last repeated key wins)."""
     x = inputs[0]
     if table.string_keys:
-        vals = np.asarray(_texts(x), dtype=str).reshape(x.shape)
+        vals = _nul_safe(_texts(x)).reshape(x.shape)
     elif table.bitwise:
         vals = np.ascontiguousarray(x, dtype=np.float32).view(np.int32)
     else:

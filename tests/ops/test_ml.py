@@ -339,3 +339,16 @@ def test_linear_regressor_is_x_times_the_coefficients_plus_intercepts():
     with pytest.raises(dynashape.ShapeInferenceError, match="coefficients has 6 values, X has 2 features") as info:
         sess.run(None, {"x": np.zeros((1, 2), np.float32)})
     assert info.value.kind == "FeatureCountMismatch"
+
+
+def test_label_encoder_string_keys_keep_trailing_nuls():
+    """"B\\0B\\0\\0" and "B\\0B\\0" are different keys (numpy's U strings would drop the NULs);
+    onnxruntime agrees (its test_run_model_mlnet)."""
+    from tests.conftest import ort_run
+    m = model("LabelEncoder", [("x", S, ["n"])],
+              {"keys_strings": ["B\0B\0", "B\0B\0\0", "A"], "values_int64s": [1, 2, 3], "default_int64": -1}, 2,
+              [("y", I64)])
+    x = np.array(["B\0B\0\0", "B\0B\0", "A", "A\0"], dtype=object)
+    (y,) = dynashape.InferenceSession(model_bytes := m.SerializeToString()).run(None, {"x": x})
+    assert y.tolist() == [2, 1, 3, -1]
+    assert ort_run(model_bytes, {"x": x})[0].tolist() == [2, 1, 3, -1]
