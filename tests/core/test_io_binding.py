@@ -11,6 +11,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import dynashape
+from tests.conftest import ort_predates
 from dynashape.capi import _pybind_state as C
 
 X = np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]], np.float32)
@@ -158,6 +159,8 @@ def test_the_binding_level_session_iobinding_takes_devices_and_onnx_types(elem):
 
 @pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
 def test_binding_errors_are_runtime_errors_as_in_onnxruntime(module):
+    if module is not dynashape and ort_predates((1, 32)):
+        pytest.skip("onnxruntime's binding messages before 1.32 differ")
     sess = module.InferenceSession(_square_model())
     binding = sess.io_binding()
     with pytest.raises(RuntimeError, match="Failed to find NodeArg with name: Q"):

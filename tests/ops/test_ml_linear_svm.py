@@ -14,7 +14,7 @@ from dynashape.registry import get_registry
 from dynashape.testing import run_node
 from onnx import TensorProto, helper
 
-from tests.conftest import assert_runs_match
+from tests.conftest import assert_runs_match, ort_predates
 
 ML = "ai.onnx.ml"
 S, I64, I32, F32, F64 = TensorProto.STRING, TensorProto.INT64, TensorProto.INT32, TensorProto.FLOAT, TensorProto.DOUBLE
@@ -115,7 +115,8 @@ def test_linear_classifier_matches_ort(post, x_type):
 def test_linear_classifier_binary_derives_two_scores_as_ort(post, labels):
     attrs = {"coefficients": [0.5, -1.0, 0.25], "intercepts": [0.1], "post_transform": post, **labels}
     m = model("LinearClassifier", attrs, label_type=S if "classlabels_strings" in labels else I64)
-    assert_runs_match(m, batches())
+    if not (post == "LOGISTIC" and ort_predates((1, 32))):   # (the binary LOGISTIC scores of older onnxruntimes differ)
+        assert_runs_match(m, batches())
     x = samples(7)
     s = x.astype(np.float64) @ [0.5, -1.0, 0.25] + 0.1
     y, z = ml("LinearClassifier", x, attrs)
@@ -267,6 +268,8 @@ def test_svm_classifier_matches_ort(kernel, k, proba):
 @pytest.mark.parametrize("k", [2, 3])
 @pytest.mark.parametrize("proba", [False, True])
 def test_svm_classifier_post_transforms_match_ort(post, k, proba):
+    if post == "LOGISTIC" and k == 2 and not proba and ort_predates((1, 32)):
+        pytest.skip("the binary LOGISTIC scores of onnxruntime < 1.32 differ (the case is checked by hand below)")
     attrs = svc_attrs(k=k, proba=proba, post=post, seed=7)
     assert_runs_match(model("SVMClassifier", attrs, x_type=I64), batches(dtype=np.int64), rtol=1e-4, atol=1e-5)
 

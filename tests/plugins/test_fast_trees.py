@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import dynashape
-from tests.conftest import numba_session, ort_run
+from tests.conftest import numba_session, ort_predates, ort_run
 
 pytest.importorskip("numba")
 if not __import__("dynashape.ops_fast", fromlist=["enabled"]).enabled():
@@ -125,6 +125,9 @@ def test_regressor_equals_numpy_and_ort(aggregate, targets, dtype):
 @pytest.mark.parametrize("case", ["binary", "binary-positive", "multiclass", "strings"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
 def test_classifier_equals_numpy_and_ort(case, dtype):
+    if case == "binary-positive" and ort_predates((1, 26)):
+        pytest.skip("onnxruntime < 1.26 computes the all-positive binary LOGISTIC scores another way "
+                    "(tests/ops/test_ml_trees.py states them)")
     rng = np.random.default_rng(len(case))
     cols, leaves = forest(rng, 10, 4)
     classes = 2 if case.startswith("binary") else 3
