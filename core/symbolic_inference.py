@@ -34,6 +34,7 @@ from typing import Optional
 import numpy as np
 
 from .dtypes import ValueType
+from .errors import ShapeInferenceError
 from .graph import PreparedGraph
 from .node import NodeServices, choose_kernel, fold, infer, make_context
 from .registry import Registry
@@ -236,6 +237,12 @@ def _only_signature_inputs(pn, known: set) -> bool:
     return all(i < 0 or i in known for j, i in enumerate(pn.inputs) if j not in skip)
 
 
+#: the kinds of a rule's failure no input dim or value can change (its attributes are wrong,
+#: or an axis or a rank is, and the ranks are known here: an input of unknown rank never gets
+#: this far): raised when the model is compiled, not left to the first run
+LOAD_TIME_KINDS = frozenset({"InvalidAttribute", "MissingAttribute", "AxisOutOfRange", "InvalidRank"})
+
+
 def _infer_node(sg: SymbolicGraph, idx: int, pn, registry: Registry, services, new_dim) -> str:
     shapes, dtypes, values = sg.shapes, sg.dtypes, sg.values
     ctx = make_context(pn, shapes, dtypes, values, services, symbolic=True, fresh=new_dim)
@@ -252,6 +259,12 @@ def _infer_node(sg: SymbolicGraph, idx: int, pn, registry: Registry, services, n
         return BINDING
     try:
         infer(pn, ctx)
+    except ShapeInferenceError as exc:
+        if exc.kind in LOAD_TIME_KINDS:
+            raise
+        sg.failures[idx] = f"{type(exc).__name__}: {exc}"
+        _set_outputs(sg, pn, [None] * len(pn.outputs), _dtypes_or_none(pn, ctx, sg, idx))
+        return BINDING
     except Exception as exc:  # noqa: BLE001 - a rule only concrete dims can decide
         sg.failures[idx] = f"{type(exc).__name__}: {exc}"
         _set_outputs(sg, pn, [None] * len(pn.outputs), _dtypes_or_none(pn, ctx, sg, idx))

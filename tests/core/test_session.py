@@ -252,3 +252,24 @@ def test_an_unknown_output_name_and_an_index_out_of_range_raise_what_they_are():
     from dynashape.capi.onnxruntime_pybind11_state import InvalidArgument
     assert isinstance(info.value, InvalidArgument)
     np.testing.assert_array_equal(sess.run(None, {"ids": np.array([3, -4])})[0], [[9, 10, 11], [0, 1, 2]])
+
+
+def test_a_rule_broken_by_its_attributes_fails_when_the_session_is_made():
+    """An attribute no input can make valid (ZipMap without labels, a Softmax axis beyond the
+    rank) is refused by InferenceSession(...), not by the first run; a rule only some shapes
+    break still waits for them."""
+    from onnx import TensorProto
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    bad_axis = helper.make_model(helper.make_graph([helper.make_node("Softmax", ["x"], ["y"], axis=5)], "g", [x], [y]),
+                                 opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(dynashape.ShapeInferenceError, match="axis") as info:
+        dynashape.InferenceSession(bad_axis.SerializeToString())
+    assert info.value.kind == "AxisOutOfRange" and info.value.node == "Softmax_0"
+    shape = helper.make_tensor_value_info("s", TensorProto.INT64, [2])
+    reshape = helper.make_model(helper.make_graph([helper.make_node("Reshape", ["x", "s"], ["y"])], "g", [x, shape],
+                                                  [y]), opset_imports=[helper.make_opsetid("", 17)])
+    sess = dynashape.InferenceSession(reshape.SerializeToString())     # (fed shapes: decided per run)
+    with pytest.raises(dynashape.ShapeInferenceError):
+        sess.run(None, {"x": np.zeros((2, 3), np.float32), "s": np.array([4, 2])})
+    assert sess.run(None, {"x": np.zeros((2, 3), np.float32), "s": np.array([3, 2])})[0].shape == (3, 2)
