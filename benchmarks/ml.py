@@ -63,12 +63,29 @@ def _rows(x: np.ndarray, name: str = "X") -> Callable[[int], dict]:
 def _sklearn(estimator_fn, classes=CLASSES, positive=False, zipmap=False):
     def build():
         from skl2onnx import to_onnx
+        from skl2onnx.common import _container
         x, y = _data(classes, positive)
         est = estimator_fn().fit(x, y)
         options = {id(est): {"zipmap": zipmap}} if classes is not None and hasattr(est, "predict_proba") else None
-        onx = to_onnx(est, x[:1], options=options)
+        make_node = _container.make_node
+        _container.make_node = _ints_not_bools(make_node)
+        try:
+            onx = to_onnx(est, x[:1], options=options)
+        finally:
+            _container.make_node = make_node
         return onx, _rows(x, onx.graph.input[0].name)
     return build
+
+
+def _ints_not_bools(make_node):
+    """skl2onnx's node factory with bool lists given as ints: skl2onnx 1.20 writes
+    HistGradientBoosting's nodes_missing_value_tracks_true as Python bools, which onnx >= 1.17
+    refuses in an INTS attribute (tests/ml/test_trees.py does the same)."""
+    def make(*args, **attrs):
+        fixed = {k: [int(v) for v in val] if isinstance(val, list) and val and
+                 any(isinstance(v, (bool, np.bool_)) for v in val) else val for k, val in attrs.items()}
+        return make_node(*args, **fixed)
+    return make
 
 
 def _lightgbm(regressor: bool):
