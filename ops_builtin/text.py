@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 
 import numpy as np
+from dynashape.re2 import compile_re2
 from dynashape.records import OpLibrary, fixed_dtype
 from dynashape.shapes import broadcast_shapes
 
@@ -210,107 +211,12 @@ def _string_split(inputs, outputs, prepared):
 
 # RegexFullMatch -------------------------------------------------------------------------
 
-#: RE2's POSIX classes ([[:alpha:]]) as ASCII ranges inside a Python character class.
-_POSIX_CLASSES = {
-    "alnum": "0-9A-Za-z", "alpha": "A-Za-z", "ascii": "\\x00-\\x7f", "blank": "\\t ",
-    "cntrl": "\\x00-\\x1f\\x7f", "digit": "0-9", "graph": "!-~", "lower": "a-z", "print": " -~",
-    "punct": "!-/:-@\\[-`{-~", "space": "\\t\\n\\v\\f\\r ", "upper": "A-Z", "word": "0-9A-Za-z_",
-    "xdigit": "0-9A-Fa-f",
-}
-_NOT_RE2 = {"(?=": "lookahead", "(?!": "negative lookahead", "(?<=": "lookbehind",
-            "(?<!": "negative lookbehind", "(?P=": "a named backreference", "(?>": "an atomic group",
-            "(?(": "a conditional group", "(?#": "a comment group"}
-
-
-def _re2_to_python(pattern: str) -> str:
-    """An RE2 pattern in Python ``re`` syntax (compiled with ``re.ASCII``: RE2's \\d \\w \\s \\b
-    are ASCII).
-
-    Translates ``\\z``, ``\\Q...\\E``, ``\\x{hex}``, ``(?<name>...)`` and POSIX classes ``[[:alpha:]]``;
-    rejects what RE2 rejects and Python would accept (lookaround, backreferences, atomic
-    groups, possessive quantifiers) and the RE2 classes Python lacks (``\\pL``, ``\\C``).
-
-    Raises:
-        ValueError: naming the construct.
-    """
-    out, i, n = [], 0, len(pattern)
-    in_class, class_start = False, -1
-    while i < n:
-        c = pattern[i]
-        if c == "\\":
-            if i + 1 >= n:
-                raise ValueError("trailing backslash")
-            nxt = pattern[i + 1]
-            if nxt == "Q":
-                end = pattern.find("\\E", i + 2)
-                literal = pattern[i + 2:] if end < 0 else pattern[i + 2:end]
-                out.append("".join("\\" + ch if ch in "\\]^-[" else ch for ch in literal) if in_class
-                           else re.escape(literal))
-                i = n if end < 0 else end + 2
-                continue
-            if nxt == "x" and pattern.startswith("{", i + 2):       # RE2 \x{10FFFF}
-                end = pattern.find("}", i + 3)
-                digits = pattern[i + 3:end] if end > 0 else ""
-                if not digits or any(ch not in "0123456789abcdefABCDEF" for ch in digits) or int(digits, 16) > 0x10FFFF:
-                    raise ValueError(f"bad escape \\x{{{digits}}}")
-                out.append(f"\\U{int(digits, 16):08x}")
-                i = end + 1
-                continue
-            if nxt in "pP":
-                raise ValueError(f"Unicode class \\{nxt}... is not supported")
-            if nxt == "C":
-                raise ValueError("\\C (any byte) is not supported")
-            if nxt in "123456789" and not in_class:
-                raise ValueError(f"backreference \\{nxt} is not RE2 syntax")
-            out.append("\\Z" if nxt == "z" and not in_class else pattern[i:i + 2])
-            i += 2
-            continue
-        if in_class:
-            if c == "[" and pattern.startswith("[:", i):
-                end = pattern.find(":]", i + 2)
-                name = pattern[i + 2:end] if end > 0 else ""
-                if name not in _POSIX_CLASSES:
-                    raise ValueError(f"unknown or negated POSIX class [:{name}:]")
-                out.append(_POSIX_CLASSES[name])
-                i = end + 2
-                continue
-            if c == "]" and i != class_start:
-                in_class = False
-                out.append(c)
-            else:
-                out.append("\\" + c if c in "[&~|" else c)   # literal in RE2, set operators in Python
-            i += 1
-            continue
-        if c == "[":
-            in_class = True
-            j = i + 1 + (pattern.startswith("^", i + 1))
-            class_start = j          # a "]" here is a literal
-            out.append(pattern[i:j])
-            i = j
-            continue
-        if c == "(":
-            for prefix, what in _NOT_RE2.items():
-                if pattern.startswith(prefix, i):
-                    raise ValueError(f"{what} ({prefix}...) is not RE2 syntax")
-            if pattern.startswith("(?<", i):
-                out.append("(?P<")
-                i += 3
-                continue
-        if c in "*+?}" and pattern.startswith("+", i + 1) and c != "}":
-            raise ValueError(f"possessive quantifier {c}+ is not RE2 syntax")
-        out.append(c)
-        i += 1
-    if in_class:
-        raise ValueError("missing ] at the end of a character class")
-    return "".join(out)
-
-
 def _regex(ctx):
     pattern = ctx.attr("pattern")
     if pattern is None:
         ctx.fail("attribute 'pattern' is required", kind="MissingAttribute")
     try:
-        return re.compile(_re2_to_python(pattern), re.ASCII)
+        return compile_re2(pattern)
     except (ValueError, re.error) as exc:
         ctx.fail(f"pattern {pattern!r} is not a valid RE2 regular expression: {exc}", kind="InvalidPattern")
 
@@ -319,10 +225,11 @@ def _regex(ctx):
 def _regex_shape(ctx):
     """RegexFullMatch: True where an element matches the RE2 ``pattern`` in full.
 
-    Python's ``re`` runs the pattern after an RE2-to-Python translation (see
-    ``_re2_to_python``; character classes \\d \\w \\s \\b are ASCII as in RE2; ``(?i)``
-    folds ASCII letters only). Raises: ShapeInferenceError kinds MissingAttribute,
-    InvalidPattern, InvalidDtype. Source: ONNX operator spec, RegexFullMatch-20.
+    Python's ``re`` runs the pattern after an RE2-to-Python translation
+    (:mod:`dynashape.re2`: character classes \\d \\w \\s \\b are ASCII as in RE2, ``(?i)``
+    folds all of Unicode as RE2 does, ``$`` is the end of the text). Raises:
+    ShapeInferenceError kinds MissingAttribute, InvalidPattern, InvalidDtype. Source: ONNX
+    operator spec, RegexFullMatch-20.
     """
     _check_string(ctx, 0, "X")
     _regex(ctx)

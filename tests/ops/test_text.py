@@ -19,7 +19,7 @@ from dynashape.symbolic import sym
 from dynashape.testing import run_node
 from onnx import TensorProto, helper
 
-from tests.conftest import assert_runs_match, ort_predates, spec_run
+from tests.conftest import assert_runs_match, ort_predates, ort_run, spec_run
 
 S, I64, F32 = TensorProto.STRING, TensorProto.INT64, TensorProto.FLOAT
 
@@ -238,3 +238,18 @@ def test_tfidf_errors():
 def test_tfidf_empty_input():
     (y,) = run_node("TfIdfVectorizer", [np.zeros((2, 0), np.int64)], dict(TFIDF_INT, mode="TF"), opset=9)
     assert y.shape == (2, 8) and not y.any()
+
+
+def test_regex_full_match_folds_unicode_case_and_dollar_is_the_end_of_the_text():
+    """The RE2 translation shared with the Tokenizer (dynashape.re2): ``(?i)`` folds all of
+    Unicode and ``$`` does not match before a final newline, as RE2 (onnxruntime) does."""
+    for pattern, texts, want in (("(?i)é+", ["ÉÉ", "é", "e"], [True, True, False]),
+                                 ("ab$", ["ab", "ab\n"], [True, False])):
+        graph = helper.make_graph([helper.make_node("RegexFullMatch", ["x"], ["y"], pattern=pattern)], "g",
+                                  [helper.make_tensor_value_info("x", TensorProto.STRING, ["n"])],
+                                  [helper.make_tensor_value_info("y", TensorProto.BOOL, None)])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]).SerializeToString()
+        x = np.array(texts, dtype=object)
+        (got,) = dynashape.InferenceSession(model).run(None, {"x": x})
+        assert got.tolist() == want
+        assert ort_run(model, {"x": x})[0].tolist() == want
