@@ -27,7 +27,7 @@ import warnings
 
 from dynashape.threads import compiled_kernels_wait
 
-__all__ = ["BackgroundStart", "compiled_ready", "wait_until_ready", "NUMBA"]
+__all__ = ["BackgroundStart", "compiled_ready", "wait_until_ready", "waits", "NUMBA"]
 
 #: every session waits for numba (the first run's loops are compiled ones)
 WAIT_ALWAYS = os.environ.get("DYNASHAPE_COMPILED_WAIT", "") in ("1", "true", "on")
@@ -53,7 +53,7 @@ class BackgroundStart:
         here, or waits for the thread)."""
         if self.is_ready:
             return True
-        if WAIT_ALWAYS or compiled_kernels_wait():
+        if waits():
             return self.wait()
         self._start()
         return False
@@ -95,6 +95,12 @@ def _start_numba() -> None:
 
 #: numba's start in this process
 NUMBA = BackgroundStart("numba", _start_numba)
+
+
+def waits() -> bool:
+    """Whether the run in progress waits for compiled kernels (``wait_for_compiled_kernels``,
+    ``DYNASHAPE_COMPILED_WAIT``) instead of taking their numpy path until they are ready."""
+    return WAIT_ALWAYS or compiled_kernels_wait()
 
 
 def compiled_ready() -> bool:

@@ -28,9 +28,9 @@ import mmap
 import os
 import re
 import struct
-import subprocess
 import sys
 import tempfile
+import zlib
 from pathlib import Path
 from typing import Optional
 
@@ -60,18 +60,18 @@ def supported() -> bool:
 
 
 def cache_key(ir_module: str, depends=()) -> str:
-    """The cache entry's name for the IR that the module named ``ir_module`` builds: the
-    bytes of its source file, of the files ``depends`` (what it reads constants from) and of
-    :mod:`.ir_util` (what every IR module builds with), llvmlite's version and :data:`TARGET`.
-    Nothing is imported."""
+    """The cache entry's name for the IR that the module named ``ir_module`` builds: a 64-bit
+    checksum (CRC-32 and Adler-32) of the bytes of its source file, of the files ``depends``
+    (what it reads constants from) and of :mod:`.ir_util` (what every IR module builds
+    with), llvmlite's version and :data:`TARGET`. Nothing is imported: the key tells our own
+    sources' versions apart, a job a checksum does without hashlib (whose OpenSSL start costs
+    a process ~5 ms, in the thread that loads the code while the first run waits for the GIL)."""
     import importlib.util
     from importlib.metadata import version
-    import hashlib   # (~2 ms to import: only where machine code is looked up)
-    digest = hashlib.sha256()
-    for source in (importlib.util.find_spec(ir_module).origin, *depends, Path(__file__).with_name("ir_util.py")):
-        digest.update(Path(source).read_bytes())
-    digest.update(f"{version('llvmlite')}|{'|'.join(TARGET)}".encode())
-    return f"{ir_module.rsplit('.', 1)[-1]}-{digest.hexdigest()[:24]}"
+    data = b"".join(Path(source).read_bytes() for source in (
+        importlib.util.find_spec(ir_module).origin, *depends, Path(__file__).with_name("ir_util.py")))
+    data += f"{version('llvmlite')}|{'|'.join(TARGET)}".encode()
+    return f"{ir_module.rsplit('.', 1)[-1]}-{zlib.crc32(data):08x}{zlib.adler32(data):08x}"
 
 
 def compile_object(ir_text: str) -> bytes:
@@ -194,18 +194,25 @@ def built_functions(ir_module: str, names, depends=(), timeout: float = 300.0) -
     from dynashape.usercache import cache_dir
     key = cache_key(ir_module, depends)
     directory = cache_dir()
-    with tempfile.TemporaryDirectory(prefix="dynashape-native-") as scratch:
-        folder = (_writable(directory / "native") if directory is not None else None) or Path(scratch)
-        path = folder / f"{key}.bin"
-        entry = read_entry(path)
-        if entry is None:
-            done = subprocess.run([sys.executable, "-m", f"{__package__}.build", ir_module.rsplit(".", 1)[-1],
-                                   str(path)], capture_output=True, text=True, timeout=timeout)
-            entry = read_entry(path)
-            if done.returncode != 0 or entry is None:
-                raise RuntimeError(f"building {ir_module} failed: {done.stderr.strip()[-2000:]}")
-        code, offsets = entry
-        return load(code, {n: offsets[n] for n in names})
+    folder = _writable(directory / "native") if directory is not None else None
+    entry = read_entry(folder / f"{key}.bin") if folder is not None else None
+    if entry is None:
+        with tempfile.TemporaryDirectory(prefix="dynashape-native-") as scratch:
+            path = (folder or Path(scratch)) / f"{key}.bin"
+            entry = _build(ir_module, path, timeout)
+    code, offsets = entry
+    return load(code, {n: offsets[n] for n in names})
+
+
+def _build(ir_module: str, path: Path, timeout: float) -> tuple:
+    """Build the module's cache entry at ``path`` in a child process, and read it."""
+    import subprocess
+    done = subprocess.run([sys.executable, "-m", f"{__package__}.build", ir_module.rsplit(".", 1)[-1], str(path)],
+                          capture_output=True, text=True, timeout=timeout)
+    entry = read_entry(path)
+    if done.returncode != 0 or entry is None:
+        raise RuntimeError(f"building {ir_module} failed: {done.stderr.strip()[-2000:]}")
+    return entry
 
 
 def _writable(directory: Path) -> Optional[Path]:

@@ -25,6 +25,7 @@ OpenMP thread count (``omp_set_num_threads`` of the libgomp oneDNN is linked to)
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import sys
 import threading
@@ -57,13 +58,14 @@ CPU_ENGINE = 1               # dnnl_cpu
 STREAM_DEFAULT = 1           # dnnl_stream_default_flags
 FORWARD_INFERENCE = 96       # dnnl_forward_inference
 CONVOLUTION_DIRECT = 1       # dnnl_convolution_direct
-QUERY_SRC, QUERY_WEIGHTS, QUERY_DST = 129, 131, 133
+QUERY_SRC, QUERY_WEIGHTS, QUERY_DST, QUERY_SCRATCHPAD = 129, 131, 133, 136
+SCRATCHPAD_USER = 1          # dnnl_scratchpad_mode_user
 QUERY_IMPL_INFO = 8          # dnnl_query_impl_info_str
 # dnnl_query_t of dnnl_memory_desc_query
 QUERY_STRIDES, QUERY_PADDED_DIMS, QUERY_FORMAT_KIND = 14, 260, 262
 QUERY_INNER_NBLKS, QUERY_INNER_BLKS, QUERY_INNER_IDXS = 263, 264, 265
 BLOCKED = 2                  # dnnl_blocked (dnnl_format_kind_t)
-ARG_SRC, ARG_SRC_1, ARG_DST, ARG_WEIGHTS, ARG_BIAS = 1, 2, 17, 33, 41
+ARG_SRC, ARG_SRC_1, ARG_DST, ARG_WEIGHTS, ARG_BIAS, ARG_SCRATCHPAD = 1, 2, 17, 33, 41, 80
 ARG_POST_OP_BASE = 32768     # DNNL_ARG_ATTR_MULTIPLE_POST_OP_BASE
 MAX_NDIMS = 12
 
@@ -113,6 +115,7 @@ _STATUS_FUNCTIONS = {
     "dnnl_primitive_attr_create": [ctypes.POINTER(_vp)],
     "dnnl_primitive_attr_destroy": [_vp],
     "dnnl_primitive_attr_set_post_ops": [_vp, _vp],
+    "dnnl_primitive_attr_set_scratchpad_mode": [_vp, ctypes.c_int],
     "dnnl_post_ops_create": [ctypes.POINTER(_vp)],
     "dnnl_post_ops_destroy": [_vp],
     "dnnl_post_ops_append_eltwise": [_vp, ctypes.c_int, ctypes.c_float, ctypes.c_float],
@@ -325,6 +328,28 @@ class Blocking(NamedTuple):
     inner_blks: tuple
     inner_idxs: tuple
 
+    def plain_copy(self, data, dims: Sequence[int]):
+        """The elements of ``data`` (a float32 array holding this layout) as a C-contiguous
+        array of ``dims``, copied by numpy through a strided view: each dim an outer axis
+        (its stride) and an axis per inner block (the blocks' own strides), regrouped per
+        dim and merged, the padding cut off. No oneDNN reorder (whose JIT code, made per
+        pair of layouts, costs more than the copy for a small weight)."""
+        import numpy as np
+        ndims = len(self.padded_dims)
+        per_dim = [[] for _ in range(ndims)]            # (size, stride) of each inner block, outermost first
+        inner = 1
+        for blk, idx in zip(reversed(self.inner_blks), reversed(self.inner_idxs)):
+            per_dim[idx].insert(0, (blk, inner))
+            inner *= blk
+        shape, strides = [], []
+        for d in range(ndims):
+            block = math.prod(size for size, _ in per_dim[d])
+            shape += [self.padded_dims[d] // block] + [size for size, _ in per_dim[d]]
+            strides += [self.strides[d]] + [stride for _, stride in per_dim[d]]
+        view = np.lib.stride_tricks.as_strided(data, shape, [s * data.itemsize for s in strides], writeable=False)
+        full = np.ascontiguousarray(view).reshape(self.padded_dims)
+        return np.ascontiguousarray(full[tuple(slice(0, n) for n in dims)])
+
 
 #: one primitive's kernel made at a time (two threads executing a new primitive make it once)
 _MAKING = threading.Lock()
@@ -348,16 +373,21 @@ class Primitive:
     reported by the first :meth:`execute`.
     """
 
-    __slots__ = ("_pd", "_prim", "args", "mds", "impl", "_local", "__weakref__")
+    __slots__ = ("_pd", "_prim", "args", "mds", "impl", "scratchpad", "_local", "__weakref__")
 
     def __init__(self, pd: _vp, args: Sequence[int], mds: Sequence[MemoryDesc]):
         self._pd = _Handle(pd, "dnnl_primitive_desc_destroy")
         self._prim: Optional[_Handle] = None
         self.args = tuple(args)
         self.mds = tuple(mds)
+        lib = library()
         info = ctypes.c_char_p()
-        library().dnnl_primitive_desc_query(pd, QUERY_IMPL_INFO, 0, ctypes.byref(info))
+        lib.dnnl_primitive_desc_query(pd, QUERY_IMPL_INFO, 0, ctypes.byref(info))
         self.impl = (info.value or b"").decode()
+        md = lib.dnnl_primitive_desc_query_md(pd, QUERY_SCRATCHPAD, 0)
+        #: the scratchpad's descriptor where the primitive needs one (the calling thread's
+        #: buffer is passed: :func:`_scratchpad`)
+        self.scratchpad = MemoryDesc.copy_of(md, ()) if md and lib.dnnl_memory_desc_get_size(md) else None
         self._local = threading.local()
 
     @property
@@ -365,7 +395,8 @@ class Primitive:
         """Whether the kernel has been made (the primitive executed once)."""
         return self._prim is not None
 
-    def _make(self) -> _vp:
+    def make(self) -> _vp:
+        """Make the kernel now if it is not made (the first execute does otherwise)."""
         with _MAKING:
             if self._prim is None:
                 self._prim = _Handle(_new("dnnl_primitive_create", self._pd.handle), "dnnl_primitive_destroy")
@@ -415,17 +446,24 @@ class Primitive:
             if entry[1] != pointer:
                 set_handle(handles[k], pointer)
                 entry[1] = pointer
+        if b.scratchpad is not None:
+            pointer = _scratchpad(b.scratchpad_bytes)
+            if pointer != b.scratchpad_at:
+                set_handle(b.scratchpad, pointer)
+                b.scratchpad_at = pointer
         prim = self._prim
-        status = b.run(prim.handle if prim is not None else self._make(), b.stream, b.n, b.array)
+        status = b.run(prim.handle if prim is not None else self.make(), b.stream, b.n, b.array)
         if status != SUCCESS:
             raise OneDNNError("dnnl_primitive_execute", status)
 
 
 class _Bound:
     """One thread's memory objects of a primitive: the argument array, the handles, and per
-    argument the array (a weak reference) and pointer last set."""
+    argument the array (a weak reference) and pointer last set; the scratchpad's memory
+    object last in the array, where the primitive has one."""
 
-    __slots__ = ("mems", "handles", "array", "n", "last", "stream", "set_handle", "run")
+    __slots__ = ("mems", "handles", "array", "n", "last", "stream", "set_handle", "run", "scratchpad",
+                 "scratchpad_bytes", "scratchpad_at")
 
     def __init__(self, prim: Primitive):
         lib = library()
@@ -433,16 +471,49 @@ class _Bound:
         self.mems = [_Handle(_new("dnnl_memory_create", md.handle, engine, None), "dnnl_memory_destroy")
                      for md in prim.mds]
         self.handles = [m.handle for m in self.mems]
-        self.array = (_ExecArg * len(self.mems))(*[_ExecArg(a, m.handle) for a, m in zip(prim.args, self.mems)])
-        self.n = len(self.mems)
+        pairs = list(zip(prim.args, self.handles))
+        self.scratchpad = self.scratchpad_at = None
+        if prim.scratchpad is not None:
+            mem = _Handle(_new("dnnl_memory_create", prim.scratchpad.handle, engine, None), "dnnl_memory_destroy")
+            self.mems.append(mem)
+            self.scratchpad, self.scratchpad_bytes = mem.handle, prim.scratchpad.nbytes
+            pairs.append((ARG_SCRATCHPAD, mem.handle))
+        self.array = (_ExecArg * len(pairs))(*[_ExecArg(a, h) for a, h in pairs])
+        self.n = len(pairs)
         self.last = [[None, None] for _ in self.mems]
         self.stream = _stream()
         self.set_handle = lib.dnnl_memory_set_data_handle
         self.run = lib.dnnl_primitive_execute
 
 
+def _scratchpad(nbytes: int) -> int:
+    """The address of the calling thread's scratchpad buffer of at least ``nbytes``: one per
+    thread, grown to the largest a primitive run on it needs (as oneDNN's own per-thread
+    scratchpad; each primitive is made with a user scratchpad so that one made on a thread
+    runs on any other: oneDNN 3.2's gemm-based convolution made on one thread crashes on
+    another with its own)."""
+    if getattr(_local, "scratchpad_bytes", 0) < nbytes:
+        buf = aligned_empty(nbytes)
+        _local.scratchpad, _local.scratchpad_bytes, _local.scratchpad_at = buf, nbytes, buf.ctypes.data
+    return _local.scratchpad_at
+
+
+def release_scratchpad() -> None:
+    """Free the calling thread's scratchpad buffer (made again when next needed)."""
+    _local.scratchpad, _local.scratchpad_bytes, _local.scratchpad_at = None, 0, None
+
+
+@lru_cache(maxsize=None)
+def _plain_attr() -> "Attr":
+    return Attr()
+
+
 def make_primitive(create: str, args: Sequence[int], mds: Sequence[MemoryDesc], *create_args) -> Primitive:
-    """``Primitive`` from ``dnnl_<kind>_primitive_desc_create(&pd, engine, *create_args)``."""
+    """``Primitive`` from ``dnnl_<kind>_primitive_desc_create(&pd, engine, *create_args)``; the
+    last of ``create_args`` is the attribute (None: one with nothing but the user
+    scratchpad mode every primitive here is made with)."""
+    if create_args and create_args[-1] is None:
+        create_args = create_args[:-1] + (_plain_attr().handle,)
     pd = _new(create, _engine(), *create_args)
     return Primitive(pd, args, mds)
 
@@ -461,13 +532,28 @@ def make_reorder(src: MemoryDesc, dst: MemoryDesc) -> Primitive:
     """The primitive copying data of layout ``src`` into layout ``dst`` (execute with the
     source and destination pointers)."""
     engine = _engine()
-    pd = _new("dnnl_reorder_primitive_desc_create", src.handle, engine, dst.handle, engine, None)
+    pd = _new("dnnl_reorder_primitive_desc_create", src.handle, engine, dst.handle, engine, _plain_attr().handle)
     return Primitive(pd, (ARG_SRC, ARG_DST), (src, dst))
 
 
 def reorder(src: MemoryDesc, dst: MemoryDesc, src_pointer: int, dst_pointer: int) -> None:
     """Copy the data of layout ``src`` at ``src_pointer`` into layout ``dst`` at ``dst_pointer``."""
     make_reorder(src, dst).execute((src_pointer, dst_pointer))
+
+
+def relayout(src: MemoryDesc, dst: MemoryDesc, src_pointer: int, dst_pointer: int) -> None:
+    """:func:`reorder` between two blocked layouts of a weight. Where oneDNN has no JIT reorder
+    between the two it takes ``simple:any``, an element-by-element loop (~110 ns an element on
+    an AVX2 EPYC: 5.9 ms for a 128 x 64 x 3 x 3 weight); two JIT reorders through the plain
+    row-major layout cost a fraction of that, so the copy goes that way."""
+    direct = make_reorder(src, dst)
+    if not direct.impl.startswith("simple"):
+        direct.execute((src_pointer, dst_pointer))
+        return
+    plain = MemoryDesc(src.dims, strides=[math.prod(src.dims[i + 1:]) for i in range(len(src.dims))])
+    scratch = aligned_empty(plain.nbytes)
+    make_reorder(src, plain).execute((src_pointer, scratch.ctypes.data))
+    make_reorder(plain, dst).execute((scratch.ctypes.data, dst_pointer))
 
 
 class PrimitiveCache:
@@ -482,6 +568,17 @@ class PrimitiveCache:
         self.capacity = capacity
         self._made: dict = {}
         self._lock = threading.Lock()
+
+    def peek(self, key):
+        """What is made for ``key``, None if nothing."""
+        return self._made.get(key)
+
+    def put(self, key, made) -> None:
+        """Keep ``made`` for ``key`` (made elsewhere: :mod:`.tiered`'s background thread)."""
+        with self._lock:
+            if key not in self._made and len(self._made) >= self.capacity:
+                self._made.pop(next(iter(self._made)))
+            self._made[key] = made
 
     def get(self, key, make, *args):
         found = self._made.get(key)
@@ -566,7 +663,7 @@ class PackedWeights:
             for have, _, p in self.layouts:
                 if have == wanted:
                     return best, p
-            return best, self._add(wanted, lambda dst: reorder(md, wanted, pointer, dst))
+            return best, self._add(wanted, lambda dst: relayout(md, wanted, pointer, dst))
 
 
 class Attr:
@@ -577,6 +674,7 @@ class Attr:
 
     def __init__(self, post_ops: Sequence[tuple] = ()):
         self._h = _Handle(_new("dnnl_primitive_attr_create"), "dnnl_primitive_attr_destroy")
+        _call("dnnl_primitive_attr_set_scratchpad_mode", self._h.handle, SCRATCHPAD_USER)
         self._po = None
         self.binary_mds: list = []
         if not post_ops:

@@ -20,6 +20,7 @@ Source: ONNX Conv-11; oneDNN's convolution primitive
 """
 from __future__ import annotations
 
+import math
 from typing import NamedTuple, Optional
 
 import numpy as np
@@ -27,7 +28,7 @@ from dynashape.ops_builtin import fusions, nn
 from dynashape.records import InferContext, OpLibrary, same_dtype
 from dynashape.threads import intra_op_threads
 
-from . import api
+from . import api, tiered
 from .gemm import ACTIVATIONS, PRIORITY, eltwise_post_ops, weight_memory
 
 lib = OpLibrary()
@@ -38,6 +39,14 @@ F32 = np.dtype(np.float32)
 TO_NHWC, TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
 #: input shapes kept per packed weight (each a primitive)
 MAX_PRIMITIVES = 32
+#: a new input shape of a convolution of at most this many multiply-adds runs the numpy
+#: convolution (on the weights copied back out of oneDNN's layout) while its primitive is made
+#: in the background (:mod:`.tiered`); a larger one makes its primitive on the run path. Below
+#: it numpy costs no more than making the primitive and running it (one thread, AVX2 EPYC:
+#: 3x3 convs of 0.6 / 2.4 / 9.4 M multiply-adds 0.3 / 0.4 / 0.9-1.5 ms in numpy against
+#: 0.9 / 1.5 / 1.2-3.3 ms; 512 channels on a 2 x 2 image, whose weights want a layout of
+#: their own, 3.8 against 16 ms)
+NUMPY_FIRST_MACS = 1 << 23
 
 
 def nchw(shape):
@@ -115,7 +124,7 @@ class PackedConv:
     primitives made for it per (input shape, threads)."""
 
     opaque_to_tracing = True
-    __slots__ = ("attrs", "group", "m", "c", "kernel", "bias", "post_ops", "residual", "weights",
+    __slots__ = ("attrs", "group", "m", "c", "kernel", "bias", "post_ops", "epilogue", "residual", "weights",
                  "_primitives", "__weakref__")
 
     def __init__(self, ctx):
@@ -129,6 +138,7 @@ class PackedConv:
         self.bias = None if b is None else np.ascontiguousarray(b, dtype=F32).reshape(self.m)
         self.residual = ctx.has_input(3)
         self.post_ops = eltwise_post_ops(ctx.attr("activation", ""), ctx.attr("activation_params", []))
+        self.epilogue = fusions.epilogue(ctx)
         self._primitives = api.PrimitiveCache(MAX_PRIMITIVES)
         dims = self._weight_dims()
         # (a ResNet's blocks of one shape share one probe)
@@ -207,14 +217,49 @@ class PackedConv:
                 y[...] = 0   # no input pixels: the bias and epilogue of 0 (kept simple: as numpy)
             return
         threads = intra_op_threads()
+        x_nchw = nchw(x.shape)
+        made = self._primitives.peek((x_nchw, threads))
+        if made is None:
+            small = y.size * (self.c // self.group) * math.prod(self.kernel) <= NUMPY_FIRST_MACS
+            made = (tiered.primitive((x_nchw, threads), self._packed_primitive, x_nchw, threads, threads=threads,
+                                     cache=self._primitives) if small else self.primitive(x_nchw, threads))
+        if made is None or made is tiered.UNAVAILABLE:
+            self._run_numpy(x, y, z, x_nchw)
+            return
         api.set_threads(threads)
-        prim, weights = self.primitive(nchw(x.shape), threads)
+        prim, weights = made
         values = [x, weights, y]
         if self.bias is not None:
             values.append(self.bias)
         if self.residual:
             values.append(z)
         prim.execute(values, self)
+
+    def _plain_weights(self) -> np.ndarray:
+        """A copy of the weights in their plain layout (:meth:`_weight_dims`)."""
+        dims = self._weight_dims()
+        md, buf, pointer = self.weights.layouts[0]
+        blocking = md.blocking()
+        if blocking is not None:
+            return blocking.plain_copy(buf.view(F32), dims)
+        plain = np.empty(dims, F32)
+        api.reorder(md, api.MemoryDesc(dims, strides=[s // F32.itemsize for s in plain.strides]), pointer,
+                    plain.ctypes.data)
+        return plain
+
+    def _run_numpy(self, x: np.ndarray, y: np.ndarray, z: Optional[np.ndarray], x_nchw: tuple) -> None:
+        """The numpy convolution on the weights copied back into their plain layout."""
+        w = self._plain_weights().reshape((self.m, self.c // self.group) + self.kernel)
+        ctx = InferContext(_Node(self.attrs), 11, [x_nchw, w.shape, None if self.bias is None else self.bias.shape],
+                           [F32] * 3, [None] * 3)
+        plan = nn._conv_prepare(ctx)
+        out = np.empty(plan.out_shape, F32)
+        nn._conv([np.ascontiguousarray(x.transpose(TO_NCHW)), w, self.bias], [out], plan)
+        if z is not None:
+            out += z.transpose(TO_NCHW)
+        if self.epilogue is not None:
+            self.epilogue(out)
+        y[...] = out.transpose(TO_NHWC)
 
 
 class _Node:

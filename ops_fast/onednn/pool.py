@@ -10,12 +10,14 @@ Source: ONNX MaxPool-12, AveragePool-19; oneDNN's pooling primitive.
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 from dynashape.ops_builtin import fusions, nn
 from dynashape.records import InferContext, OpLibrary, same_dtype
 from dynashape.threads import intra_op_threads
 
-from . import api
+from . import api, tiered
 from .conv import TO_NCHW, TO_NHWC, _nhwc_md, nchw, nhwc
 from .gemm import PRIORITY
 
@@ -23,7 +25,6 @@ lib = OpLibrary()
 
 DOMAIN = fusions.DOMAIN
 F32 = np.dtype(np.float32)
-MAX_PRIMITIVES = 16
 #: NHWC op -> (the ONNX op it is, the opset whose semantics it has)
 POOLS = {"NhwcMaxPool": ("MaxPool", 12), "NhwcAveragePool": ("AveragePool", 19)}
 
@@ -53,15 +54,15 @@ lib.op("NhwcAveragePool", 1, domain=DOMAIN, infer_dtype=same_dtype(0))(
 
 
 class PoolPlan:
-    """One pool node's geometry source and the primitives made for it per input shape
-    (``reference``: the numpy kernel's plan where oneDNN is not used)."""
+    """One pool node's geometry source; its primitives per input shape are the process's
+    shared ones (``reference``: the numpy kernel's plan where oneDNN is not used)."""
 
     opaque_to_tracing = True
-    __slots__ = ("op", "attrs", "algorithm", "reference", "_primitives")
+    __slots__ = ("op", "attrs", "algorithm", "reference", "_attributes")
 
     def __init__(self, op: str, attrs: dict, algorithm, reference):
         self.op, self.attrs, self.algorithm, self.reference = op, attrs, algorithm, reference
-        self._primitives = api.PrimitiveCache(MAX_PRIMITIVES)
+        self._attributes = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in attrs.items()))
 
     def _make(self, x_nchw: tuple) -> api.Primitive:
         ctx = InferContext(_Node(self.attrs, POOLS[self.op][0]), POOLS[self.op][1], [x_nchw], [F32], [None])
@@ -76,8 +77,10 @@ class PoolPlan:
                                   api.dims_of([d - 1 for d in geom.dilations]), api.dims_of(geom.pads_begin),
                                   api.dims_of(pad_r), None)
 
-    def primitive(self, x_nchw: tuple, threads: int) -> api.Primitive:
-        return self._primitives.get((x_nchw, threads), self._make, x_nchw)
+    def primitive(self, x_nchw: tuple, threads: int) -> Optional[api.Primitive]:
+        """The pool for this input shape, None until it is made (:mod:`.tiered`)."""
+        return tiered.primitive(("pool", self.op, self.algorithm, self._attributes, x_nchw, threads), self._make,
+                                x_nchw, threads=threads)
 
 
 class _Node:
@@ -132,8 +135,12 @@ def _register(as_op: str) -> None:
                       else reference_prepare(_concrete(x, plan)))
             return
         threads = intra_op_threads()
+        prim = plan.primitive(nchw(x.shape), threads)
+        if prim is None:
+            reference(inputs, outputs, reference_prepare(_concrete(x, plan)))
+            return
         api.set_threads(threads)
-        plan.primitive(nchw(x.shape), threads).execute((x, y), plan)
+        prim.execute((x, y), plan)
 
     lib.kernel(as_op, domain=DOMAIN, dtypes=[np.float32], priority=PRIORITY, accepts=accepts,
                prepare=prepare)(compute)

@@ -13,7 +13,7 @@ from dynashape.ops_builtin import tensor_ops
 from dynashape.records import OpLibrary
 from dynashape.threads import intra_op_threads
 
-from . import api
+from . import api, tiered
 from .gemm import PRIORITY
 
 lib = OpLibrary()
@@ -32,13 +32,14 @@ class TransposePlan:
     def __init__(self, perm):
         self.perm = tuple(perm)
 
-    def primitive(self, view: np.ndarray, out: np.ndarray) -> api.Primitive:
-        return api.shared(("reorder", view.shape, view.strides, out.strides), _make, view, out)
+    def primitive(self, view: np.ndarray, out: np.ndarray, threads: int):
+        """The reorder for these strides, None until it is made (:mod:`.tiered`)."""
+        return tiered.primitive(("reorder", view.shape, view.strides, out.strides, threads), _make, view.shape,
+                                view.strides, out.strides, threads=threads)
 
 
-def _make(view: np.ndarray, out: np.ndarray) -> api.Primitive:
-    return api.make_reorder(api.MemoryDesc.of_array(view.shape, view.strides),
-                            api.MemoryDesc.of_array(out.shape, out.strides))
+def _make(shape: tuple, strides: tuple, out_strides: tuple) -> api.Primitive:
+    return api.make_reorder(api.MemoryDesc.of_array(shape, strides), api.MemoryDesc.of_array(shape, out_strides))
 
 
 def _accepts(ctx) -> bool:
@@ -53,8 +54,12 @@ def _prepare(ctx) -> TransposePlan:
 def _transpose(inputs, outputs, plan: TransposePlan):
     x, out = inputs[0], outputs[0]
     view = x.transpose(plan.perm)
-    if x.size < MIN_ELEMENTS or any(s % 4 for s in view.strides) or not out.flags.c_contiguous:
+    prim = None
+    if x.size >= MIN_ELEMENTS and not any(s % 4 for s in view.strides) and out.flags.c_contiguous:
+        threads = intra_op_threads()
+        prim = plan.primitive(view, out, threads)
+    if prim is None:
         np.copyto(out, view)
         return
-    api.set_threads(intra_op_threads())
-    plan.primitive(view, out).execute((x, out), plan)
+    api.set_threads(threads)
+    prim.execute((x, out), plan)

@@ -37,7 +37,7 @@ from dynashape.ops_builtin import normalization as builtin_normalization
 from dynashape.records import OpLibrary
 from dynashape.threads import intra_op_threads
 
-from . import api
+from . import api, tiered
 from .gemm import PRIORITY, beside_qdq
 
 lib = OpLibrary()
@@ -62,8 +62,8 @@ NORMALIZATION_GLOBAL_STATS, NORMALIZATION_SCALE, NORMALIZATION_SHIFT = 1, 2, 4
 RMS_MIN_ELEMENTS = 8192
 
 
-def _md(a) -> api.MemoryDesc:
-    return api.MemoryDesc.of_array(a.shape, a.strides)
+def _md(shape, strides) -> api.MemoryDesc:
+    return api.MemoryDesc.of_array(shape, strides)
 
 
 def _f32_and_ready(ctx, i: int = 0) -> bool:
@@ -110,13 +110,17 @@ def _layer_norm(inputs, outputs, p: _NormPlan):
         return
     rows = x.size // inner
     threads = intra_op_threads()
-    api.set_threads(threads)
+    prim = tiered.primitive(("layer_norm", rows, inner, p.eps, threads), _layer_norm_primitive, rows, inner, p.eps,
+                            threads=threads)
+    if prim is None:
+        nn._layer_norm(inputs, outputs, p.fallback)
+        return
     if p.scale is not None:
         scale, shift = p.scale, p.shift
     else:
         scale = np.ascontiguousarray(scale, F32).reshape(inner)
         shift = np.zeros(inner, F32) if bias is None else np.ascontiguousarray(bias, F32).reshape(inner)
-    prim = api.shared(("layer_norm", rows, inner, p.eps, threads), _layer_norm_primitive, rows, inner, p.eps)
+    api.set_threads(threads)
     prim.execute((x, y, scale, shift), p)
 
 
@@ -153,14 +157,18 @@ def _rms_norm(inputs, outputs, p: _NormPlan):
         builtin_normalization._rms(inputs, outputs, p.fallback)
         return
     rows = x.size // inner
+    threads = intra_op_threads()
+    prim = tiered.primitive(("rms_norm", rows, inner, p.eps, threads), _rms_primitive, rows, inner, p.eps,
+                            threads=threads)
+    if prim is None:
+        builtin_normalization._rms(inputs, outputs, p.fallback)
+        return
     x2 = x.reshape(rows, inner)
     stats = np.zeros((2, rows), F32)          # the mean (0) and the variance: mean(x ** 2)
     np.einsum("ij,ij->i", x2, x2, out=stats[1])
     stats[1] *= F32.type(1.0 / inner)
-    threads = intra_op_threads()
     api.set_threads(threads)
     scale = p.scale if p.scale is not None else np.ascontiguousarray(scale, F32).reshape(inner)
-    prim = api.shared(("rms_norm", rows, inner, p.eps, threads), _rms_primitive, rows, inner, p.eps)
     prim.execute((x, y, stats[0], stats[1], scale), p)
 
 
@@ -180,10 +188,8 @@ def _softmax_accepts(ctx) -> bool:
     return _f32_and_ready(ctx)
 
 
-def _softmax_run(x: np.ndarray, y: np.ndarray, rows: int, n: int) -> None:
-    threads = intra_op_threads()
-    api.set_threads(threads)
-    api.shared(("softmax", rows, n, threads), _softmax_primitive, rows, n).execute((x, y))
+def _softmax_primitive_for(rows: int, n: int, threads: int) -> Optional[api.Primitive]:
+    return tiered.primitive(("softmax", rows, n, threads), _softmax_primitive, rows, n, threads=threads)
 
 
 def _softmax_primitive(rows: int, n: int) -> api.Primitive:
@@ -205,37 +211,49 @@ def _softmax(inputs, outputs, plan):
         rows = x.size // n if n else 0
     else:
         rows = n = 0
-    if (plan.work is not None or x.size < MIN_ELEMENTS or not n or not x.flags.c_contiguous
-            or not y.flags.c_contiguous):
+    threads = intra_op_threads()
+    prim = None
+    if plan.work is None and x.size >= MIN_ELEMENTS and n and x.flags.c_contiguous and y.flags.c_contiguous:
+        prim = _softmax_primitive_for(rows, n, threads)
+    if prim is None:
         reduction._run_softmax(reduction._softmax_body, inputs, outputs, plan)
         return
-    _softmax_run(x, y, rows, n)
+    api.set_threads(threads)
+    prim.execute((x, y))
 
 
 # FusedAttention ----------------------------------------------------------------------
 
 class _AttentionPrims:
-    """The three primitives of one attention shape: scores, softmax, output."""
+    """The three primitives of one attention shape: scores, softmax, output. Made from the
+    (shape, strides in bytes) of Q, KT, V, the mask (or None), the scores and the output: no
+    array is held (they are made in the background, :mod:`.tiered`)."""
 
     __slots__ = ("scores", "softmax", "output", "scores_shape")
 
-    def __init__(self, q, kt, v, mask, scores: np.ndarray, out: np.ndarray, scale: float):
-        self.scores_shape = scores.shape
-        smd = _md(scores)
+    @property
+    def primitives(self) -> tuple:
+        return self.scores, self.softmax, self.output
+
+    def __init__(self, q_shape, q_strides, kt_shape, kt_strides, v_shape, v_strides, mask, scores_shape,
+                 scores_strides, out_shape, out_strides, scale: float):
+        self.scores_shape = scores_shape
+        smd = _md(scores_shape, scores_strides)
         posts = [("eltwise", "linear", scale, 0.0)] if scale != 1.0 else []
         if mask is not None:
-            posts.append(("binary", "add", _md(mask)))
+            posts.append(("binary", "add", _md(*mask)))
         attr = api.post_ops_attr(posts)
         args = [api.ARG_SRC, api.ARG_WEIGHTS, api.ARG_DST] + [a for a, _ in attr.binary_mds]
-        mds = [_md(q), _md(kt), smd] + [m for _, m in attr.binary_mds]
+        mds = [_md(q_shape, q_strides), _md(kt_shape, kt_strides), smd] + [m for _, m in attr.binary_mds]
         self.scores = api.make_primitive("dnnl_matmul_primitive_desc_create", args, mds, mds[0].handle,
                                          mds[1].handle, None, smd.handle, attr.handle)
-        rows, n = scores.size // scores.shape[-1], scores.shape[-1]
+        n = scores_shape[-1]
+        rows = math.prod(scores_shape) // n
         flat = api.MemoryDesc((rows, n), strides=(n, 1))
         self.softmax = api.make_primitive("dnnl_softmax_forward_primitive_desc_create", (api.ARG_SRC, api.ARG_DST),
                                           (flat, flat), api.FORWARD_INFERENCE, SOFTMAX_ACCURATE, flat.handle,
                                           flat.handle, 1, None)
-        omd, vmd = _md(out), _md(v)
+        omd, vmd = _md(out_shape, out_strides), _md(v_shape, v_strides)
         self.output = api.make_primitive("dnnl_matmul_primitive_desc_create", (api.ARG_SRC, api.ARG_WEIGHTS,
                                          api.ARG_DST), (smd, vmd, omd), smd.handle, vmd.handle, None, omd.handle,
                                          None)
@@ -275,14 +293,16 @@ def _fused_attention(inputs, outputs, p: _AttentionPlan):
         return
     scores = nn._scratch(outputs, 1, size, F32).reshape(p.plan.scores)
     threads = intra_op_threads()
-    api.set_threads(threads)
     key = (q.shape, q.strides, kt.shape, kt.strides, v.shape, v.strides, None if mask is None else
            (mask.shape, mask.strides), threads)
-    try:
-        prims = api.shared(("attention", p.scale) + key, _AttentionPrims, q, kt, v, mask, scores, out, p.scale)
-    except api.OneDNNError:   # shapes oneDNN's matmul does not broadcast: the numpy kernel
+    # None also where oneDNN's matmul does not broadcast these shapes: the numpy kernel
+    prims = tiered.primitive(("attention", p.scale) + key, _AttentionPrims, q.shape, q.strides, kt.shape, kt.strides,
+                             v.shape, v.strides, None if mask is None else (mask.shape, mask.strides),
+                             scores.shape, scores.strides, out.shape, out.strides, p.scale, threads=threads)
+    if prims is None:
         fusions._fused_attention(inputs, [out] + list(outputs[1:]), p.plan)
         return
+    api.set_threads(threads)
     # the arrays whose data the views start at, the same objects run after run (a new view
     # costs Primitive.execute ~1 us more to look up): KT's is K's, the scores' the planned scratch
     k = inputs[1]
@@ -300,7 +320,13 @@ def _fused_attention(inputs, outputs, p: _AttentionPlan):
             else "gelu_erf")
 def _gelu(inputs, outputs, algorithm: str):
     x, y = inputs[0], outputs[0]
-    if x.size < MIN_ELEMENTS or not x.flags.c_contiguous or not y.flags.c_contiguous:
+    threads = intra_op_threads()
+    prim = None
+    if x.size >= MIN_ELEMENTS and x.flags.c_contiguous and y.flags.c_contiguous:
+        prim = tiered.primitive(("gelu", x.size, algorithm, threads), api.make_eltwise, x.size,
+                                algorithm, threads=threads)
+    if prim is None:
         fusions.EPILOGUES["GeluTanh" if algorithm == "gelu_tanh" else "Gelu"][0]([x], y, algorithm == "gelu_tanh")
         return
-    api.eltwise(x, y, algorithm)
+    api.set_threads(threads)
+    prim.execute((x, y))

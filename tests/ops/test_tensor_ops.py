@@ -1319,7 +1319,8 @@ def test_a_rule_on_a_symbolic_dim_refuses_a_binding_that_breaks_it(op):
         sess.run(None, bad)
     assert info.value.kind == kind and info.value.node == "n", str(info.value)
     (y,) = sess.run(None, good[0])
-    np.testing.assert_allclose(y, ort_run(_guarded_model(node, inputs, inits), good[0])[0], rtol=1e-6)
+    want = ort_run(_guarded_model(node, inputs, inits), good[0])[0]
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)   # as assert_runs_match_ort: float32 sums in any order
 
 
 @pytest.mark.parametrize("op", ["Expand", "ConstantOfShape"])
