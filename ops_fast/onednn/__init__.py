@@ -12,7 +12,9 @@ x86-64), called through ctypes, the library loaded on first use.
 * :mod:`.pool`: ``NhwcMaxPool`` / ``NhwcAveragePool``;
 * :mod:`.reorder`: Transpose (float32) as a oneDNN reorder;
 * :mod:`.rowwise`: LayerNormalization, Softmax, the attention core (FusedAttention) and Gelu;
-* :mod:`.layout`: the graph pass that puts regions of convolutions in NHWC.
+* :mod:`.layout`: the graph pass that puts regions of convolutions in NHWC;
+* :mod:`.tiered`: a new shape's primitive made in a background thread while the kernel
+  runs its numpy path.
 
 Each kernel has priority 20 (over the numba loops' 10) and takes only the nodes it
 covers (``KernelDef.accepts``); without the library every node goes to the next kernel

@@ -3,8 +3,9 @@ RMSNormalization, Softmax, the attention core (FusedAttention) and a standalone 
 
 Without them a transformer's only compiled kernels besides its GEMMs would be numba loops,
 and loading numba (llvmlite) costs ~100 MB of resident memory, more than the weights of a
-small encoder. Each kernel takes float32 nodes of the layout it covers (``accepts``) and makes
-its primitives per input shape on first use:
+small encoder. Each kernel takes float32 nodes of the layout it covers (``accepts``); a new
+input shape runs the numpy kernel while its primitives are made in the background
+(:mod:`.tiered`), and the runs after take them:
 
 * **LayerNormalization** over the trailing axes, one output (Mean / InvStdDev asked for
   go to the next kernel): oneDNN's layer normalization with scale and shift (statistics in

@@ -19,8 +19,9 @@ session created with ``wait_for_compiled_kernels=True``, or ``DYNASHAPE_COMPILED
 for every session: :mod:`dynashape.ops_fast.tiering`) makes the primitive on the run path
 instead, so its results are the primitive's from the first run.
 
-Kernels whose numpy path would need more than the primitive has (a GEMM or convolution
-against weights kept only in oneDNN's packed layout) make their primitives on the run path.
+A convolution reads its weights only in oneDNN's packed layout: its numpy path copies them
+out (by numpy, :meth:`api.Blocking.plain_copy`), which pays below ``conv.NUMPY_FIRST_MACS``
+only; a larger one, and a GEMM against packed weights, make their primitives on the run path.
 """
 from __future__ import annotations
 
