@@ -5,7 +5,10 @@ What is measured, per model (fitted on generated data, seed 0: 400 rows of 8 fea
 for classifiers; exported with skl2onnx / onnxmltools, classifiers with ``zipmap=False`` so both
 engines return tensors; one row of ZipMap'ed LogisticRegression shows the list-of-dicts output):
   * dyn ms / ORT ms: the median of a run on one session per engine at that batch (one intra-op
-    thread; after one warm-up run; benchmarks/_common.median_ms);
+    thread; after one warm-up run; benchmarks/_common.median_ms). The steady state: before the
+    first measurement one run of a session made with ``wait_for_compiled_kernels=True`` waits
+    for numba's start in the process (~1 s, in the background otherwise, the numpy kernels
+    serving meanwhile: issue 23's cold start, ``benchmarks/coldstart.py``);
   * dyn/ORT: their ratio, and the target of issue 25 for the model's kind:
       - tree ensembles (trees, forests, boosting, LightGBM, XGBoost): <= 2x at batch 1, <= 1.5x at 1000;
       - k-nearest neighbours: <= 2x at batch 1;
@@ -192,6 +195,7 @@ def _measure(case: Case, runs: dict) -> list:
         dyn = dynashape_session(model)
     except Exception as exc:  # noqa: BLE001
         return [case.name, case.kind] + ["-"] * 6 + ["dynashape: " + short_error(exc, 60)]
+    _compiled_kernels_up(model, feeds_of(1))
     row, notes, same = [case.name, case.kind], [], True
     for batch, limit in zip(BATCHES, TARGETS[case.kind]):
         feeds = feeds_of(batch)
@@ -206,6 +210,13 @@ def _measure(case: Case, runs: dict) -> list:
         ratio = d / o
         row += [fmt_ms(d), fmt_ms(o), f"{ratio:.2f}" + ("" if limit is None else f" {verdict(ratio <= limit)}")]
     return row + [("yes" if same else "NO") + ("; " + "; ".join(notes) if notes else "")]
+
+
+def _compiled_kernels_up(model: bytes, feeds: dict) -> None:
+    """One run of a session that waits for the compiled kernels: numba started, and the
+    model's loops loaded from numba's cache (or compiled), for the default sessions measured."""
+    import dynashape
+    dynashape.InferenceSession(model, wait_for_compiled_kernels=True).run(None, feeds)
 
 
 def main() -> None:

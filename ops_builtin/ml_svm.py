@@ -299,6 +299,12 @@ def _couple(d: np.ndarray, m: _Classifier) -> np.ndarray:
 
 @lib.kernel("SVMClassifier", domain=DOMAIN, prepare=_classifier)
 def _svm_classifier(inputs, outputs, m: _Classifier):
+    return classify(inputs, outputs, m)
+
+
+def classify(inputs, outputs, m: _Classifier, couple=_couple):
+    """The SVMClassifier kernel, the class probabilities from ``couple(d, m)`` (:func:`_couple`'s
+    contract: the compiled kernel, ``ops_fast.svm``, passes its loop)."""
     x = _rows(inputs[0], m.features)
     z = outputs[1] if len(outputs) > 1 else None
     k = m.labels.size
@@ -323,7 +329,7 @@ def _svm_classifier(inputs, outputs, m: _Classifier):
     y = write_labels(outputs[0], m.labels, np.argmax(votes, axis=1))
     if z is not None:
         if m.prob_a is not None:
-            np.copyto(z, _couple(d, m))
+            np.copyto(z, couple(d, m))
             classifier_transform(z, m.post)
         elif k > 2:
             np.copyto(z, d)

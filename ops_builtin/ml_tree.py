@@ -554,7 +554,8 @@ def write_classifier(ens: Ensemble, outputs, classified: tuple):
     if outputs[0] is None or outputs[1] is None:
         return [label, z]
     outputs[0][...] = label
-    outputs[1][...] = z
+    if z is not outputs[1]:
+        outputs[1][...] = z
     return None
 
 

@@ -46,4 +46,7 @@ INDEX = {
         ('ai.onnx.ml', 'TreeEnsembleClassifier'),
         ('ai.onnx.ml', 'TreeEnsembleRegressor'),
     )),
+    'dynashape.ops_fast.svm': (False, (
+        ('ai.onnx.ml', 'SVMClassifier'),
+    )),
 }

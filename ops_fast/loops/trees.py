@@ -8,6 +8,7 @@ thresholds' type, as onnxruntime's loop and the numpy kernel (``ops_builtin.ml_t
 them: the three agree bit for bit, serial or threaded (a sample is one task's)."""
 from __future__ import annotations
 
+import numpy as np
 from numba import njit, prange
 
 from .common import JIT, threaded
@@ -75,3 +76,119 @@ def forest_scores(x, feature, splits, modes, missing, children, starts, count, p
                 else:
                     for e in range(ptr[leaf], ptr[leaf] + count[leaf]):
                         _combine(scores, reached, r, ids[e], ws[e], aggregate)
+
+
+# finishing: base values, the top class, post transforms (onnxruntime's float32 formulas) ---
+
+_F32 = np.float32
+#: post_transform codes, the order of ``ops_builtin.ml.POST_TRANSFORMS``
+NONE, SOFTMAX, LOGISTIC, SOFTMAX_ZERO, PROBIT = range(5)
+_ONE, _TWO = _F32(1), _F32(2)
+_LOWEST = _F32(-np.finfo(np.float32).max)
+_ZERO_BAND = _F32(1e-7)
+_PROBIT_A = _F32(2) / (_F32(np.pi) * _F32(0.147))
+_PROBIT_B = _F32(1) / _F32(0.147)
+_HALF = _F32(0.5)
+_SQRT2 = _F32(np.sqrt(2.0))
+
+
+@njit(inline="always", **JIT)
+def _logistic(v):
+    e = _ONE / (_ONE + np.exp(-abs(v)))
+    return _ONE - e if v < 0 else e
+
+
+@njit(inline="always", **JIT)
+def _probit(v):
+    """sqrt(2) * ErfInv(2v - 1), onnxruntime's Winitzki approximation in float32."""
+    x = _TWO * v - _ONE
+    sgn = _F32(-1) if x < 0 else _ONE
+    log = np.log((_ONE - x) * (_ONE + x))
+    a = _PROBIT_A + _HALF * log
+    b = _PROBIT_B * log
+    return _SQRT2 * (sgn * np.sqrt(np.sqrt(a * a - b) - a))
+
+
+@njit(**JIT)
+def _transform_row(z, r, post):
+    """Post transform ``post`` of row ``r`` of the float32 scores ``z``, in place (the numpy
+    kernel's ``ml_tree._transform``: a softmax's maximum ignores NaN, its sum runs left to right)."""
+    width = z.shape[1]
+    if post == LOGISTIC:
+        for k in range(width):
+            z[r, k] = _logistic(z[r, k])
+    elif post == PROBIT:
+        for k in range(width):
+            z[r, k] = _probit(z[r, k])
+    elif post == SOFTMAX or post == SOFTMAX_ZERO:
+        top = _LOWEST
+        for k in range(width):
+            if z[r, k] > top:
+                top = z[r, k]
+        total = _F32(0)
+        for k in range(width):
+            v = z[r, k]
+            if post == SOFTMAX or v > _ZERO_BAND or v < -_ZERO_BAND:
+                e = np.exp(v - top)
+                total += e
+            else:                 # SOFTMAX_ZERO: a score within 1e-7 of 0 stays about 0, out of the sum
+                e = v * np.exp(-top)
+            z[r, k] = e
+        for k in range(width):
+            z[r, k] = z[r, k] / total
+
+
+@njit(**JIT)
+def finish_classes(scores, reached, base, post, top, z):
+    """A classifier of more than two classes (``ml_tree.classify``): each base value added to
+    its class (which then counts as reached), ``top[r]`` the first highest reached score of row
+    ``r`` (a NaN: the first NaN, as numpy's argmax), ``z`` the scores in float32 (0 where no
+    leaf reached the class), post-transformed."""
+    n, width = scores.shape
+    for r in range(n):
+        for k in range(base.shape[0]):
+            scores[r, k] += base[k]
+            reached[r, k] = True
+        best = -1
+        best_value = -np.inf
+        for k in range(width):
+            v = scores[r, k] if reached[r, k] else -np.inf
+            if v != v:
+                best = k
+                break
+            if best < 0 or v > best_value:
+                best, best_value = k, v
+        top[r] = best
+        for k in range(width):
+            z[r, k] = _F32(scores[r, k]) if reached[r, k] else _F32(0)
+        _transform_row(z, r, post)
+
+
+@njit(**JIT)
+def finish_targets(scores, reached, average, trees, base, post, z):
+    """A regressor of several targets (``ml_tree.regress``): each score divided by ``trees``
+    where ``average`` (AVERAGE), plus ``base`` (one value per target, or none), 0 where no
+    leaf reached the target, in float32 into ``z``, post-transformed."""
+    n, width = scores.shape
+    for r in range(n):
+        for k in range(width):
+            s = scores[r, k]
+            if average:
+                s = s / trees
+            if base.shape[0] == width:
+                s = s + base[k]
+            z[r, k] = _F32(s) if reached[r, k] else _F32(0)
+        _transform_row(z, r, post)
+
+
+@njit(**JIT)
+def finish_one(scores, average, trees, base, probit, out):
+    """One target (``ml_tree._finish_one``): each score divided by ``trees`` where ``average``
+    (AVERAGE; no tree: 0 / 0, NaN) plus ``base``, in float32 into ``out`` (N, 1), PROBIT applied
+    where asked (the only transform onnxruntime applies to one target)."""
+    for r in range(scores.shape[0]):
+        s = scores[r]
+        if average:
+            s = s / trees
+        v = _F32(s + base)
+        out[r, 0] = _probit(v) if probit else v

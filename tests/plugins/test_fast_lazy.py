@@ -231,6 +231,7 @@ KERNELS = sorted([
     ("RMSNormalization", "", 1, None, 10, ["float32", "float64"], ()),
     ("RNN", "", 1, None, 10, ["float32", "float64"], ()),
     ("Resize", "", 1, None, 10, ["float32", "float64"], ()),
+    ("SVMClassifier", "ai.onnx.ml", 1, None, 10, [], ()),
     ("Softmax", "", 1, None, 10, ["float32", "float64"], ((0, 0),)),
     ("Upsample", "", 1, None, 10, ["float32", "float64"], ()),
     ("FusedAttention", "dynashape", 1, None, 10, ["float32", "float64"], ()),
