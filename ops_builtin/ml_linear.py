@@ -137,7 +137,7 @@ BLAS_ROW_SUM = 4096
 def row_sum(z: np.ndarray) -> np.ndarray:
     """Each row's sum of a 2-D float array, as [N, 1] (one BLAS product where it applies)."""
     sums = trailing_sums(np.ascontiguousarray(z)) if z.size >= BLAS_ROW_SUM else None
-    return sums if sums is not None else z.sum(axis=1, keepdims=True)
+    return sums if sums is not None else np.add.reduce(z, axis=1, keepdims=True)   # (z.sum: ~2 us more)
 
 
 @lib.kernel("Normalizer", domain=DOMAIN, prepare=_norm)
@@ -295,6 +295,21 @@ def logistic32(s: np.ndarray) -> np.ndarray:
     return np.where(s < 0, np.float32(1) - v, v)
 
 
+def logistic_pair(s: np.ndarray, z: np.ndarray) -> None:
+    """``z[:, 0], z[:, 1] = logistic32(-s), logistic32(s)`` from one exp: both are ``e`` or
+    ``1 - e`` of ``e = 1 / (1 + exp(-|s|))`` (-0 and 0 both give e)."""
+    e = np.abs(s)
+    np.negative(e, out=e)
+    np.exp(e, out=e)
+    e += np.float32(1)
+    np.divide(np.float32(1), e, out=e)
+    other = np.float32(1) - e
+    np.copyto(z[:, 1], e)
+    np.copyto(z[:, 1], other, where=s < 0)
+    np.copyto(z[:, 0], e)
+    np.copyto(z[:, 0], other, where=s > 0)
+
+
 def probit32(s: np.ndarray) -> np.ndarray:
     """onnxruntime's ComputeProbit in float32: sqrt(2) * erfinv(2 s - 1), erfinv by Winitzki's
     approximation (a = 0.147); 0 and 1 give -inf and inf, outside [0, 1] NaN."""
@@ -394,7 +409,7 @@ def _linear_classifier_kernel(inputs, outputs, lc: _LinearClassifier):
         y = write_labels(outputs[0], lc.labels, (s > 0).astype(np.intp))
         if z is not None:
             if lc.post == 2:      # LOGISTIC: onnxruntime's ComputeLogistic of -s and s
-                z[:, 0], z[:, 1] = logistic32(-s), logistic32(s)
+                logistic_pair(s, z)
             elif lc.post == 4:    # PROBIT (onnxruntime: half of Z unwritten): the negated score first
                 z[:, 1] = probit32(s)
                 np.negative(z[:, 1], out=z[:, 0])

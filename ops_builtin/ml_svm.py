@@ -31,7 +31,7 @@ from dynashape.shapes import require
 
 from .ml import post_transform
 from .ml_linear import (_features, _post_code, class_labels, classifier_transform, first_argmax, label_dtype,
-                        logistic32, probit32, write_labels)
+                        logistic32, logistic_pair, probit32, write_labels)
 
 DOMAIN = "ai.onnx.ml"
 lib = OpLibrary()
@@ -340,7 +340,7 @@ def classify(inputs, outputs, m: _Classifier, couple=_couple):
                 np.negative(s, out=z[:, 0])
                 z[:, 1] = s
             elif m.post == 2:
-                z[:, 0], z[:, 1] = logistic32(-s), logistic32(s)
+                logistic_pair(s, z)
             elif m.post == 4:
                 z[:, 0] = probit32(s)
                 np.negative(z[:, 0], out=z[:, 1])
