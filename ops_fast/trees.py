@@ -40,9 +40,13 @@ class _Compiled:
 
     def __init__(self, ens: ml_tree.Ensemble):
         self.numpy = ens
-        self.children = np.ascontiguousarray(np.stack([ens.false_child, ens.true_child], axis=1).reshape(-1))
+        self.false_child = np.ascontiguousarray(ens.false_child, np.int32)
+        self.true_child = np.ascontiguousarray(ens.true_child, np.int32)
+        self.feature = np.ascontiguousarray(ens.feature, np.int32)
         self.missing = ens.missing if ens.missing is not None else np.zeros(0, bool)
         self.modes = ens.modes.astype(np.int8)
+        # (the one mode of every branch, as the exporters write: no mode read per node)
+        self.uniform = ens.present[0] if len(ens.present) == 1 else -1
         self.aggregate = _AGGREGATE[ens.aggregate]
         self.post = POST_TRANSFORMS.index(ens.post)
         self.average = ens.aggregate == "AVERAGE"
@@ -57,9 +61,9 @@ class _Compiled:
         width = 1 if ens.n_out == 1 else ens.n_out
         scores, reached = np.zeros((n, width), ens.dtype), np.zeros((n, width), bool)
         tasks = -(-n // 128) if n * max(ens.n_trees, 1) >= _THREADED_WALKS else 1    # (128: the loop's block)
-        loops.forest_scores.run(tasks, rows, ens.feature, ens.splits, self.modes, self.missing, self.children,
-                                ens.starts, ens.count, ens.ptr, ens.ids, ens.ws, ens.first, ens.n_out == 1,
-                                self.aggregate, scores, reached)
+        loops.forest_scores.run(tasks, rows, self.feature, ens.splits, self.modes, self.uniform, self.missing,
+                                self.false_child, self.true_child, ens.starts, ens.count, ens.ptr, ens.ids, ens.ws,
+                                ens.first, ens.n_out == 1, self.aggregate, scores, reached)
         return (scores[:, 0], None) if ens.n_out == 1 else (scores, reached)
 
 

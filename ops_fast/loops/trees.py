@@ -27,19 +27,50 @@ def _combine(scores, reached, r, k, w, aggregate):
     reached[r, k] = True
 
 
+@njit(inline="always", **JIT)
+def _goes_true(v, split, mode):
+    """The branch test of ``mode`` (0 LEQ, 1 LT, 2 GTE, 3 GT, 4 EQ, 5 NEQ)."""
+    if mode == 0:
+        return v <= split
+    if mode == 1:
+        return v < split
+    if mode == 2:
+        return v >= split
+    if mode == 3:
+        return v > split
+    if mode == 4:
+        return v == split
+    return v != split
+
+
+@njit(inline="always", **JIT)
+def _leaf(x, r, node, feature, splits, modes, uniform, missing, has_missing, false_child, true_child):
+    """The leaf (``-(position + 1)``) sample ``r`` reaches from ``node``. ``uniform``: every
+    branch's mode where they share one (the exporters' case: a test of one comparison, no mode
+    read per node), else -1 (each node's ``modes`` entry)."""
+    while node >= 0:
+        v = x[r, feature[node]]
+        go = _goes_true(v, splits[node], uniform if uniform >= 0 else modes[node])
+        if not go and has_missing and v != v and missing[node]:
+            go = True
+        node = true_child[node] if go else false_child[node]
+    return node
+
+
 @threaded(JIT)
-def forest_scores(x, feature, splits, modes, missing, children, starts, count, ptr, ids, ws, first,
-                  one_target, aggregate, scores, reached):
+def forest_scores(x, feature, splits, modes, uniform, missing, false_child, true_child, starts, count, ptr, ids,
+                  ws, first, one_target, aggregate, scores, reached):
     """Walk and combine, into ``scores`` (N, E) / ``reached`` (N, E) (zeros on entry).
 
     ``x`` (N, F) in the thresholds' dtype; per node: ``feature``, ``splits``, ``modes`` (0
-    LEQ, 1 LT, 2 GTE, 3 GT, 4 EQ, 5 NEQ), ``missing`` (a NaN goes true; empty: none does),
-    ``children[2 * node + went_true]`` (a node, or ``-(leaf + 1)``); ``starts`` each tree's
-    first code; per leaf (a node position): ``count`` weights from ``ptr`` in ``ids`` / ``ws``,
-    ``first`` its one-target value. ``one_target``: each tree adds ``first[leaf]`` to column
-    0; else every weight of the leaf to its target. ``aggregate``: 0 AVERAGE and 1 SUM add,
-    2 MIN and 3 MAX keep the least / largest (onnxruntime's comparison: a weight replaces
-    the score where none is yet or where it compares below / above it)."""
+    LEQ, 1 LT, 2 GTE, 3 GT, 4 EQ, 5 NEQ; ``uniform``: the one mode of every branch, or -1),
+    ``missing`` (a NaN goes true; empty: none does), ``false_child`` / ``true_child`` (a node,
+    or ``-(leaf + 1)``); ``starts`` each tree's first code; per leaf (a node position):
+    ``count`` weights from ``ptr`` in ``ids`` / ``ws``, ``first`` its one-target value.
+    ``one_target``: each tree adds ``first[leaf]`` to column 0; else every weight of the leaf
+    to its target. ``aggregate``: 0 AVERAGE and 1 SUM add, 2 MIN and 3 MAX keep the least /
+    largest (onnxruntime's comparison: a weight replaces the score where none is yet or where
+    it compares below / above it)."""
     n = x.shape[0]
     n_trees = starts.shape[0]
     has_missing = missing.shape[0] > 0
@@ -50,27 +81,8 @@ def forest_scores(x, feature, splits, modes, missing, children, starts, count, p
         hi = min(lo + _BLOCK, n)
         for t in range(n_trees):
             for r in range(lo, hi):
-                node = starts[t]
-                while node >= 0:
-                    v = x[r, feature[node]]
-                    split = splits[node]
-                    mode = modes[node]
-                    if mode == 0:
-                        go = v <= split
-                    elif mode == 1:
-                        go = v < split
-                    elif mode == 2:
-                        go = v >= split
-                    elif mode == 3:
-                        go = v > split
-                    elif mode == 4:
-                        go = v == split
-                    else:
-                        go = v != split
-                    if has_missing and not go and missing[node] and v != v:
-                        go = True
-                    node = children[2 * node + (1 if go else 0)]
-                leaf = -node - 1
+                leaf = -_leaf(x, r, starts[t], feature, splits, modes, uniform, missing, has_missing, false_child,
+                              true_child) - 1
                 if one_target:
                     _combine(scores, reached, r, 0, first[leaf], aggregate)
                 else:
