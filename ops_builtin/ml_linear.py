@@ -135,7 +135,15 @@ BLAS_ROW_SUM = 4096
 
 
 def row_sum(z: np.ndarray) -> np.ndarray:
-    """Each row's sum of a 2-D float array, as [N, 1] (one BLAS product where it applies)."""
+    """Each row's sum of a 2-D float array, as [N, 1]: short rows (at most SHORT_ROWS
+    columns) one column after the other, left to right as onnxruntime's loops add (numpy's
+    reduction along a short axis is a slow pass: 1000 x 3, 20 against 4 us); else one BLAS
+    product where it applies."""
+    if 0 < z.shape[1] <= SHORT_ROWS:
+        total = z[:, 0].copy()
+        for j in range(1, z.shape[1]):
+            total += z[:, j]
+        return total[:, None]
     sums = trailing_sums(np.ascontiguousarray(z)) if z.size >= BLAS_ROW_SUM else None
     return sums if sums is not None else np.add.reduce(z, axis=1, keepdims=True)   # (z.sum: ~2 us more)
 
@@ -273,7 +281,10 @@ def write_labels(out, labels: np.ndarray, index: np.ndarray):
     """``labels[index]`` into the planned output ``out`` (or returned when it is None)."""
     if out is None:
         return labels[index]
-    out[...] = labels[index]
+    if out.dtype == labels.dtype != object and out.flags.c_contiguous and out.shape == index.shape:
+        np.take(labels, index, out=out)
+    else:
+        out[...] = labels[index]
     return out
 
 
@@ -332,8 +343,9 @@ def classifier_transform(z: np.ndarray, post: int) -> None:
         return
     f = np.float32
     if post == 1:
-        e = np.exp(z - row_max(z))
-        np.divide(e, row_sum(e), out=z)
+        np.subtract(z, row_max(z), out=z)
+        np.exp(z, out=z)
+        np.divide(z, row_sum(z), out=z)
     elif post == 2:
         z[...] = logistic32(z)
     elif post == 3:
