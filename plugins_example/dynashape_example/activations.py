@@ -1,6 +1,6 @@
 """com.microsoft activations and fused element-wise ops: ``QuickGelu``, ``BiasAdd``,
-``BiasSplitGelu``, ``FusedMatMul``; and one kernel for the builtin ``ai.onnx`` ``Softmax``
-that shows how kernel priority works.
+``BiasSplitGelu``, ``FusedMatMul``, ``SparseToDenseMatMul``; and one kernel for the builtin
+``ai.onnx`` ``Softmax`` that shows how kernel priority works.
 
 Source: ONNX Runtime contrib op docs (docs/ContribOperators.md in microsoft/onnxruntime),
 sections ``com.microsoft.QuickGelu``, ``com.microsoft.BiasAdd``, ``com.microsoft.BiasSplitGelu``
@@ -312,6 +312,57 @@ def _fused_matmul(inputs, outputs, p: _FusedMatMulPlan):
     if p.alpha != 1.0:
         r = np.multiply(r, cdt.type(p.alpha))
     np.copyto(y, r, casting="unsafe")
+
+
+# SparseToDenseMatMul ------------------------------------------------------------------------
+
+_SPARSE_MATMUL_DTYPES = (np.float32, np.float64, np.int32, np.int64, np.uint32, np.uint64)
+
+
+@lib.op("SparseToDenseMatMul", since_version=1, domain=DOMAIN, infer_dtype=same_dtype(1))
+def _sparse_to_dense_matmul_shape(ctx):
+    """SparseToDenseMatMul: ``Y = alpha * A' @ B'`` of a 2-D sparse A (COO or CSR) and a 2-D
+    dense B, ``A'`` / ``B'`` transposed where ``transA`` / ``transB`` (ints, default 0) say;
+    ``alpha`` (float, default 1) scales a float32 or float64 product (onnxruntime's kernel
+    applies it to float32 only: key sparse-matmul-alpha in docs/CONFORMANCE.md); an integer
+    product takes alpha 1. A sparse A arrives densified (a ``SparseTensor`` fed to a run, or a
+    sparse initializer, is a dense array by the time a kernel reads it). Dtypes: float32,
+    float64, int32, int64, uint32, uint64, A's and B's equal. Raises InvalidRank for operands
+    not 2-D, DimMismatch for inner dims that differ, InvalidDtype, InvalidAttribute for an
+    integer product with alpha other than 1.
+    Source: ONNX Runtime docs/ContribOperators.md, section com.microsoft.SparseToDenseMatMul;
+    its CPU kernel (onnxruntime/contrib_ops/cpu/math/sparse_dense_matmul.cc)."""
+    _require(ctx, 2, "A B")
+    for i, what in ((0, "A"), (1, "B")):
+        _check_dtype(ctx, i, tuple(np.dtype(d) for d in _SPARSE_MATMUL_DTYPES), what)
+        _check_rank(ctx, i, 2, what)
+    if ctx.dtype(0) is not None and ctx.dtype(1) is not None and np.dtype(ctx.dtype(0)) != np.dtype(ctx.dtype(1)):
+        ctx.fail(f"B has dtype {ctx.dtype(1)}, A has {ctx.dtype(0)}: they must be equal", kind="InvalidDtype")
+    if ctx.dtype(0) is not None and np.dtype(ctx.dtype(0)).kind in "iu" and float(ctx.attr("alpha", 1.0)) != 1.0:
+        ctx.fail(f"alpha {ctx.attr('alpha')} scales a float product only: an integer product ({np.dtype(ctx.dtype(0))}) "
+                 "takes alpha 1", kind="InvalidAttribute")
+    a, b = ctx.shape(0), ctx.shape(1)
+    if a is None or b is None:
+        return [None]
+    a = a[::-1] if ctx.attr("transA", 0) else a
+    b = b[::-1] if ctx.attr("transB", 0) else b
+    check_dims_equal(ctx, a[1], b[0], "inner dims of the product (K of A' vs K of B')")
+    return [(a[0], b[1])]
+
+
+def _sparse_matmul_prepare(ctx) -> tuple:
+    return float(ctx.attr("alpha", 1.0)), bool(ctx.attr("transA", 0)), bool(ctx.attr("transB", 0))
+
+
+@lib.kernel("SparseToDenseMatMul", domain=DOMAIN, dtypes=list(_SPARSE_MATMUL_DTYPES), prepare=_sparse_matmul_prepare)
+def _sparse_to_dense_matmul(inputs, outputs, prepared):
+    alpha, trans_a, trans_b = prepared
+    a = inputs[0].T if trans_a else inputs[0]
+    b = inputs[1].T if trans_b else inputs[1]
+    y = outputs[0]
+    if alpha != 1.0:         # (float32: onnxruntime's order, A's value times alpha, then B's)
+        a = np.multiply(a, a.dtype.type(alpha))
+    np.matmul(a, b, out=y)
 
 
 # Softmax (ai.onnx) at priority 5: an example of kernel priority ---------------------------

@@ -30,6 +30,7 @@ INDEX = {
         ('com.microsoft', 'BiasSplitGelu'),
         ('com.microsoft', 'FusedMatMul'),
         ('com.microsoft', 'QuickGelu'),
+        ('com.microsoft', 'SparseToDenseMatMul'),
     )),
     'dynashape_example.mha': (False, (
         ('com.microsoft', 'GroupQueryAttention'),
