@@ -339,8 +339,8 @@ def _sparse_to_dense_matmul_shape(ctx):
     if ctx.dtype(0) is not None and ctx.dtype(1) is not None and np.dtype(ctx.dtype(0)) != np.dtype(ctx.dtype(1)):
         ctx.fail(f"B has dtype {ctx.dtype(1)}, A has {ctx.dtype(0)}: they must be equal", kind="InvalidDtype")
     if ctx.dtype(0) is not None and np.dtype(ctx.dtype(0)).kind in "iu" and float(ctx.attr("alpha", 1.0)) != 1.0:
-        ctx.fail(f"alpha {ctx.attr('alpha')} scales a float product only: an integer product ({np.dtype(ctx.dtype(0))}) "
-                 "takes alpha 1", kind="InvalidAttribute")
+        ctx.fail(f"alpha {ctx.attr('alpha')} scales a float product only: an integer product "
+                 f"({np.dtype(ctx.dtype(0))}) takes alpha 1", kind="InvalidAttribute")
     a, b = ctx.shape(0), ctx.shape(1)
     if a is None or b is None:
         return [None]
