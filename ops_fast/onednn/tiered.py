@@ -26,6 +26,7 @@ only; a larger one, and a GEMM against packed weights, make their primitives on 
 from __future__ import annotations
 
 import atexit
+import os
 import queue
 import threading
 from typing import Optional
@@ -92,9 +93,12 @@ def _warm(made, threads: int) -> None:
     if sum(md.nbytes for p in prims for md in p.mds) > WARM_BYTES:
         return
     api.set_threads(threads)
-    for p in prims:
-        scratch = [np.zeros(max(md.nbytes, 1), np.uint8) for md in p.mds]
-        p.execute([int(s.ctypes.data) for s in scratch], _WARM_SITE)
+    try:
+        for p in prims:
+            scratch = [np.zeros(max(md.nbytes, 1), np.uint8) for md in p.mds]
+            p.execute([int(s.ctypes.data) for s in scratch], _WARM_SITE)
+    finally:
+        api.release_scratchpad()       # (this thread's: runs happen on others)
 
 
 _WARM_SITE = object()
@@ -115,17 +119,25 @@ class BackgroundMaker:
     def request(self, cache: api.PrimitiveCache, key: tuple, make, args: tuple, threads: int) -> None:
         """Make ``make(*args)`` into ``cache`` under ``key`` (once, however often asked)."""
         with self._lock:
-            if (id(cache), key) in self._pending:
+            if self._stopped or (id(cache), key) in self._pending:
                 return
             self._pending.add((id(cache), key))
             self._idle.clear()
-            if self._stopped:
-                return
             if self._thread is None:
                 self._thread = threading.Thread(target=self._work, name="dynashape-onednn", daemon=True)
                 self._thread.start()
                 atexit.register(self.stop)
         self._queue.put((cache, key, make, args, threads))
+
+    def forget_thread(self) -> None:
+        """In a child process made by fork: the parent's thread is not there; nothing is pending
+        and the next request starts a thread of this process."""
+        self._lock = threading.Lock()
+        self._queue = queue.SimpleQueue()
+        self._pending = set()
+        self._idle = threading.Event()
+        self._idle.set()
+        self._thread = None
 
     def wait_idle(self, timeout: Optional[float] = None) -> bool:
         """Wait until every primitive asked for is made; True when none is pending."""
@@ -160,3 +172,5 @@ class BackgroundMaker:
 
 #: the process's background maker
 BACKGROUND = BackgroundMaker()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=BACKGROUND.forget_thread)

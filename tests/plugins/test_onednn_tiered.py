@@ -264,3 +264,38 @@ def test_a_primitive_made_on_one_thread_runs_on_another(group):
     assert len(got) == 4
     for y in got:
         np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+
+
+_FORKED = """
+import os, sys
+import numpy as np
+import dynashape
+from dynashape.ops_fast.onednn import api, tiered
+data = open(sys.argv[1], "rb").read()
+sess = dynashape.InferenceSession(data)
+sess.run(None, {"x": np.ones((1, 8, 64), np.float32)})      # the parent's thread starts
+assert tiered.BACKGROUND.wait_idle(30)
+pid = os.fork()
+if pid == 0:                                                 # the child: a new shape, made by a thread of its own
+    sess.run(None, {"x": np.ones((1, 5, 64), np.float32)})
+    ok = tiered.BACKGROUND.wait_idle(30) and any(k[0] == "layer_norm" and k[1] == 5 for k in api.SHARED._made)
+    os._exit(0 if ok else 3)
+_, status = os.waitpid(pid, 0)
+print(os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_a_forked_child_makes_its_primitives_with_a_thread_of_its_own(tmp_path):
+    """A process forked after the background thread started (a worker pool's fork): the
+    child has no such thread; its new shapes start one of its own and get their primitives."""
+    import subprocess
+    import sys
+    if not hasattr(__import__("os"), "fork"):
+        pytest.skip("no fork here")
+    path = tmp_path / "block.onnx"
+    path.write_bytes(_block_model().SerializeToString())
+    env = dict(__import__("os").environ, DYNASHAPE_COMPILED_WAIT="0")
+    out = subprocess.run([sys.executable, "-c", _FORKED, str(path)], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "0", out.stderr
