@@ -59,7 +59,7 @@ def _onednn_ops(sess) -> set:
 
 def test_a_new_shape_runs_numpy_while_its_primitives_are_made_in_the_background(tiers, monkeypatch):
     m = _block_model()
-    sess = dynashape.InferenceSession(m.SerializeToString())
+    sess = dynashape.InferenceSession(m.SerializeToString(), optimize=True)
     reference = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
     assert {"LayerNormalization", "FusedAttention", "Gelu"} <= _onednn_ops(sess)
     x = RNG.standard_normal((2, 24, 64)).astype(np.float32) * 2
@@ -87,7 +87,7 @@ def test_a_new_shape_runs_numpy_while_its_primitives_are_made_in_the_background(
 
 def test_a_run_that_waits_for_compiled_kernels_makes_the_primitives_first(tiers):
     m = _block_model()
-    sess = dynashape.InferenceSession(m.SerializeToString(), wait_for_compiled_kernels=True)
+    sess = dynashape.InferenceSession(m.SerializeToString(), wait_for_compiled_kernels=True, optimize=True)
     x = RNG.standard_normal((1, 20, 64)).astype(np.float32)
     (y,) = sess.run(None, {"x": x})
     kinds = {k[0] for k in api.SHARED._made}             # made on the run path, before the run ended
@@ -105,7 +105,7 @@ def test_a_shape_onednn_cannot_make_keeps_the_numpy_path(tiers, monkeypatch):
         raise api.OneDNNError("dnnl_matmul_primitive_desc_create", api.UNIMPLEMENTED)
     monkeypatch.setattr(rowwise, "_AttentionPrims", refuse)
     m = _block_model()
-    sess = dynashape.InferenceSession(m.SerializeToString())
+    sess = dynashape.InferenceSession(m.SerializeToString(), optimize=True)
     want_of = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
     x = RNG.standard_normal((1, 16, 64)).astype(np.float32)
     for _ in range(3):
@@ -130,7 +130,7 @@ def test_tiered_primitives_of_pools_and_transposes_agree_with_onnxruntime(tiers)
                           [numpy_helper.from_array(RNG.standard_normal((c, 3, 3, 3)).astype(np.float32), "w")])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
-    sess = dynashape.InferenceSession(m.SerializeToString())
+    sess = dynashape.InferenceSession(m.SerializeToString(), optimize=True)
     assert {"NhwcMaxPool", "NhwcAveragePool", "Transpose"} <= _onednn_ops(sess)
     reference = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
     feeds = {"x": RNG.standard_normal((2, 3, 20, 18)).astype(np.float32),
@@ -169,7 +169,7 @@ def test_a_small_convolution_runs_numpy_on_the_unpacked_weights_until_its_primit
                            numpy_helper.from_array(RNG.standard_normal(m).astype(np.float32), "b")])
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
-    sess = dynashape.InferenceSession(model.SerializeToString())
+    sess = dynashape.InferenceSession(model.SerializeToString(), optimize=True)
     assert "NhwcConv" in _onednn_ops(sess)
     reference = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     numpy_runs = []
@@ -252,7 +252,7 @@ def test_a_primitive_made_on_one_thread_runs_on_another(group):
                            numpy_helper.from_array(RNG.standard_normal(m).astype(np.float32), "b")])
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
-    sess = dynashape.InferenceSession(model.SerializeToString(), wait_for_compiled_kernels=True)
+    sess = dynashape.InferenceSession(model.SerializeToString(), wait_for_compiled_kernels=True, optimize=True)
     x = RNG.standard_normal((1, c, 9, 7)).astype(np.float32)
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     got = []
@@ -272,7 +272,7 @@ import numpy as np
 import dynashape
 from dynashape.ops_fast.onednn import api, tiered
 data = open(sys.argv[1], "rb").read()
-sess = dynashape.InferenceSession(data)
+sess = dynashape.InferenceSession(data, optimize=True)
 sess.run(None, {"x": np.ones((1, 8, 64), np.float32)})      # the parent's thread starts
 assert tiered.BACKGROUND.wait_idle(30)
 pid = os.fork()
