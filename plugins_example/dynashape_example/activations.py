@@ -369,6 +369,9 @@ def _sparse_to_dense_matmul(inputs, outputs, prepared):
 
 #: between dynashape's compiled kernels (ops_fast, 10) and its builtin numpy kernels (0)
 SOFTMAX_PRIORITY = 5
+#: rows from which the builtin kernel sums the last axis with BLAS (``ops_builtin.reduction``);
+#: an override that gives the builtin's bits must switch where it does
+BLAS_SUM_ROWS = 32
 
 
 @functools.lru_cache(maxsize=64)
@@ -405,7 +408,8 @@ def _softmax(inputs, outputs, prepared):
     An override must be exactly as correct as what it replaces: this is the builtin's math,
     ``exp(x - max) * (1 / sum)`` along ``axis`` (the division as a multiply by the
     reciprocal of each sum, as onnxruntime's MLAS), with the last axis's sums as one BLAS
-    matrix-vector product, and the same math with numpy's reduction along any other axis.
+    matrix-vector product from ``BLAS_SUM_ROWS`` rows (the builtin's crossover), and numpy's
+    reduction below that and along any other axis.
     Source: ONNX operator spec, Softmax-13.
     """
     axis, last = prepared
@@ -414,8 +418,8 @@ def _softmax(inputs, outputs, prepared):
         return
     np.subtract(x, np.max(x, axis=axis, keepdims=True), out=y)
     np.exp(y, out=y)
-    if last and y.flags.c_contiguous:
-        n = y.shape[-1]
+    n = y.shape[-1]
+    if last and y.flags.c_contiguous and y.size // n >= BLAS_SUM_ROWS:
         sums = (y.reshape(-1, n) @ _ones(n)).reshape(y.shape[:-1] + (1,))
     else:
         sums = np.add.reduce(y, axis=axis, keepdims=True)
