@@ -8,8 +8,8 @@ at batch 1 the numpy finish's dozen ufunc calls cost 3-4x the walk); a classifie
 classes finishes with the numpy kernel's rules (``ops_builtin.ml_tree``: the same ``prepare``,
 :func:`~dynashape.ops_builtin.ml_tree.classify` given this pass). The summed scores are the
 numpy kernel's bit for bit (the same additions in the same order, in the thresholds' type);
-the transforms agree to the last bit of float32's exp / log (LLVM's against numpy's); an
-empty X, or numba not ready yet, takes the numpy kernel.
+the transformed scores agree within float32 rounding (LLVM's exp / log against numpy's, an ulp
+apart); an empty X, or numba not ready yet, takes the numpy kernel.
 
 Source: ONNX operator spec (Operators-ml.md), TreeEnsembleClassifier-1/3/5,
 TreeEnsembleRegressor-1/3/5; onnxruntime's ``tree_ensemble_common.h`` (the order of the sums).
@@ -21,6 +21,7 @@ from typing import Optional
 import numpy as np
 from dynashape.ops_builtin import ml_tree
 from dynashape.ops_builtin.ml import POST_TRANSFORMS
+from dynashape.ops_builtin.ml_linear import write_labels
 from dynashape.records import OpLibrary
 
 from .common import PRIORITY, lazy_import
@@ -87,15 +88,15 @@ def _regress(c: _Compiled, x: np.ndarray, out: Optional[np.ndarray]) -> np.ndarr
 
 
 def _classify_many(c: _Compiled, x: np.ndarray, out_scores: Optional[np.ndarray]) -> tuple:
-    """More than two classes: ``ml_tree.classify``'s (top class index, False, Z [N, E]) with the
-    compiled pass and the compiled finish."""
+    """More than two classes: (top class index [N], Z [N, E] float32) with the compiled pass and
+    the compiled finish."""
     ens = c.numpy
     scores, reached = c.combine(ens, x)
     n = scores.shape[0]
     z = _float32_out(out_scores, (n, ens.n_out))
     top = np.empty(n, np.intp)
     loops.finish_classes(scores, reached, ens.base, c.post, top, z)
-    return top, False, z
+    return top, z
 
 
 def _prepare(ctx) -> _Compiled:
@@ -125,12 +126,8 @@ def _tree_ensemble_classifier(inputs, outputs, c: _Compiled):
     ens = c.numpy
     if ens.n_out <= 2:
         return ml_tree.write_classifier(ens, outputs, ml_tree.classify(ens, inputs[0], c.combine))
-    top, _, z = _classify_many(c, inputs[0], outputs[1] if len(outputs) > 1 else None)
-    labels = outputs[0]
-    if labels is None or z is not outputs[1]:
+    top, z = _classify_many(c, inputs[0], outputs[1] if len(outputs) > 1 else None)
+    if outputs[0] is None or z is not outputs[1]:
         return ml_tree.write_classifier(ens, outputs, (top, False, z))
-    if labels.dtype == ens.labels.dtype and labels.dtype != object:
-        np.take(ens.labels, top, out=labels)
-    else:
-        labels[...] = ens.labels[top]
+    write_labels(outputs[0], ens.labels, top)
     return None

@@ -36,7 +36,7 @@ import numpy as np
 from .. import tiering
 from . import api
 
-__all__ = ["primitive", "waits", "BACKGROUND", "UNAVAILABLE", "WARM_BYTES"]
+__all__ = ["primitive", "BACKGROUND", "UNAVAILABLE", "WARM_BYTES"]
 
 #: what the cache holds for a key oneDNN has no implementation for (the numpy path serves)
 UNAVAILABLE = "unavailable"
@@ -56,16 +56,10 @@ def primitive(key: tuple, make, *args, threads: int, cache: Optional[api.Primiti
     found = cache.peek(key)
     if found is not None:
         return None if found is UNAVAILABLE else found
-    if waits():
+    if tiering.waits():
         return _make_here(cache, key, make, args)
     BACKGROUND.request(cache, key, make, args, threads)
     return None
-
-
-def waits() -> bool:
-    """Whether the run in progress makes its primitives on the run path
-    (``wait_for_compiled_kernels``, ``DYNASHAPE_COMPILED_WAIT``)."""
-    return tiering.waits()
 
 
 def _make_here(cache: api.PrimitiveCache, key: tuple, make, args):

@@ -57,6 +57,20 @@ def _onednn_ops(sess) -> set:
     return {st.kernel.op_type for st in sess.program.steps if st.kernel.plugin == "onednn"}
 
 
+def _numpy_paths(monkeypatch) -> list:
+    """Records each call of the numpy paths the oneDNN LayerNormalization, attention core and
+    Gelu fall back to (their op names)."""
+    from dynashape.ops_builtin import fusions, nn
+    called = []
+    for module, name, op in ((nn, "_layer_norm", "LayerNormalization"),
+                             (fusions, "_fused_attention", "FusedAttention")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _real=real, _op=op: (called.append(_op), _real(*a))[1])
+    gelu = fusions.EPILOGUES["Gelu"]
+    monkeypatch.setitem(fusions.EPILOGUES, "Gelu", (lambda *a: (called.append("Gelu"), gelu[0](*a))[1], gelu[1]))
+    return called
+
+
 def test_a_new_shape_runs_numpy_while_its_primitives_are_made_in_the_background(tiers, monkeypatch):
     m = _block_model()
     sess = dynashape.InferenceSession(m.SerializeToString(), optimize=True)
@@ -64,8 +78,11 @@ def test_a_new_shape_runs_numpy_while_its_primitives_are_made_in_the_background(
     assert {"LayerNormalization", "FusedAttention", "Gelu"} <= _onednn_ops(sess)
     x = RNG.standard_normal((2, 24, 64)).astype(np.float32) * 2
     want = reference.run(None, {"x": x})[0]
+    numpy_calls = _numpy_paths(monkeypatch)
     (first,) = sess.run(None, {"x": x})                 # the numpy paths: nothing is made yet
+    assert sorted(set(numpy_calls)) == ["FusedAttention", "Gelu", "LayerNormalization"]
     assert tiered.BACKGROUND.wait_idle(30)
+    numpy_calls.clear()
     made = [v for v in api.SHARED._made.values()]
     kinds = {k[0] for k in api.SHARED._made}
     assert {"layer_norm", "attention", "gelu"} <= kinds and tiered.UNAVAILABLE not in made
@@ -79,17 +96,19 @@ def test_a_new_shape_runs_numpy_while_its_primitives_are_made_in_the_background(
         return execute(self, *args, **kwargs)
     monkeypatch.setattr(api.Primitive, "execute", counted)
     (second,) = sess.run(None, {"x": x})                # takes every primitive made
-    assert {id(p) for p in prims} <= executed
+    assert {id(p) for p in prims} <= executed and numpy_calls == []
     np.testing.assert_allclose(first, want, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(second, want, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(second, first, rtol=1e-4, atol=1e-5)
 
 
-def test_a_run_that_waits_for_compiled_kernels_makes_the_primitives_first(tiers):
+def test_a_run_that_waits_for_compiled_kernels_makes_the_primitives_first(tiers, monkeypatch):
     m = _block_model()
     sess = dynashape.InferenceSession(m.SerializeToString(), wait_for_compiled_kernels=True, optimize=True)
     x = RNG.standard_normal((1, 20, 64)).astype(np.float32)
+    numpy_calls = _numpy_paths(monkeypatch)
     (y,) = sess.run(None, {"x": x})
+    assert numpy_calls == []                             # the primitives ran from the first run
     kinds = {k[0] for k in api.SHARED._made}             # made on the run path, before the run ended
     assert {"layer_norm", "attention", "gelu"} <= kinds
     want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
