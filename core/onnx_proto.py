@@ -88,7 +88,12 @@ def load_from_string(data: bytes) -> ModelProto:
 
 @lru_cache(maxsize=None)
 def onnx_version() -> str:
-    """The installed onnx's version (``onnx.__version__``), read from its metadata."""
+    """The installed onnx's version (``onnx.__version__``), without importing onnx: read from
+    its ``.dist-info`` folder (:mod:`dynashape.distributions`), else from its metadata."""
+    from . import distributions
+    found = distributions.version("onnx")
+    if found is not None:
+        return found
     from importlib import metadata
     try:
         return metadata.version("onnx")

@@ -22,10 +22,10 @@ import importlib.util
 import os
 import re
 import sys
-from importlib import metadata
 
 import numpy as np
 
+from dynashape import distributions
 from dynashape.hookspecs import hookimpl
 
 __all__ = ["AVAILABLE", "REASON", "PLUGIN_NAME", "enabled"]
@@ -66,11 +66,14 @@ def _availability() -> tuple:
             return False, f"{name} is not installed: {_INSTALL}"
     if "numba" in sys.modules:   # (imported already)
         return True, ""
-    try:
-        numba_dist = metadata.distribution("numba")
-    except metadata.PackageNotFoundError:   # (importable, but no distribution metadata to check)
-        return True, ""
-    version, requires = numba_dist.version, numba_dist.requires or []
+    version, requires = distributions.version("numba"), distributions.requires("numba")
+    if version is None or requires is None:     # (not a plain wheel install: its metadata)
+        from importlib import metadata
+        try:
+            numba_dist = metadata.distribution("numba")
+        except metadata.PackageNotFoundError:   # (importable, but no distribution metadata to check)
+            return True, ""
+        version, requires = numba_dist.version, numba_dist.requires or []
     if _release(version) < NUMBA_MIN:
         return False, f"numba {version} is older than {'.'.join(map(str, NUMBA_MIN))}: {_INSTALL}"
     for req in requires:

@@ -31,9 +31,9 @@ import sys
 import threading
 import weakref
 from functools import lru_cache
-from importlib import metadata
 from typing import NamedTuple, Optional, Sequence
 
+from dynashape import distributions
 from dynashape.threads import intra_op_threads
 from dynashape.weight_arena import aligned_empty
 
@@ -147,12 +147,8 @@ def _candidates() -> list:
     out = []
     if os.environ.get(LIBRARY_VARIABLE):
         out.append(os.environ[LIBRARY_VARIABLE])
-    for name in DISTRIBUTIONS:
-        try:
-            dist = metadata.distribution(name)
-        except metadata.PackageNotFoundError:
-            continue
-        out.extend(str(dist.locate_file(f)) for f in dist.files or () if str(f).endswith("libdnnl.so.3"))
+    # (the oneDNN wheels' RECORD, read from their .dist-info folders: no importlib.metadata)
+    out.extend(f for name in DISTRIBUTIONS for f in distributions.files(name) or () if f.endswith("libdnnl.so.3"))
     out.append(os.path.join(sys.prefix, "lib", "libdnnl.so.3"))
     return out
 

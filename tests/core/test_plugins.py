@@ -2,6 +2,7 @@
 conflicts named by plugin, broken entry points skipped."""
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import os
 import subprocess
@@ -151,7 +152,7 @@ def test_broken_entry_point_is_reported_and_skipped(monkeypatch):
 
     monkeypatch.setattr(registry, "_load_errors", {})   # (restored after: the next tests see none)
     monkeypatch.setenv("DYNASHAPE_CACHE_DIR", "off")   # (the entry points from the fake, not the cache)
-    monkeypatch.setattr(registry.metadata, "entry_points", lambda group: [BrokenEP()])
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [BrokenEP()])
     with pytest.warns(RuntimeWarning, match="plugin 'broken'.*skipped"):
         errors = registry.load_entry_points()
     assert "No module named 'nowhere'" in errors["broken"]
@@ -206,7 +207,7 @@ def test_entry_points_with_a_typo_or_no_hooks_are_reported_by_name_and_the_good_
     eps = [_entry_point("ep-typo", typo), _entry_point("ep-empty", types.SimpleNamespace()),
            _entry_point("ep-good", good.plugin())]
     monkeypatch.setenv("DYNASHAPE_CACHE_DIR", "off")
-    monkeypatch.setattr(registry.metadata, "entry_points", lambda group: eps)
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: eps)
     monkeypatch.setattr(registry, "_load_errors", {})
     try:
         with pytest.warns(RuntimeWarning):
