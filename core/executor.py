@@ -85,7 +85,7 @@ class Arena:
         return np.ndarray(shape, dtype, self.buffer, offset)
 
 
-@dataclass
+@dataclass(eq=False)
 class RunStats:
     """Counters of runs: plan-cache hits and misses, milliseconds planning and executing."""
 

@@ -20,7 +20,7 @@ from .weights import release_view
 __all__ = ["PreparedNode", "PreparedGraph", "prepare_graph", "input_dims", "release_unread_constants", "as_graph"]
 
 
-@dataclass
+@dataclass(eq=False)
 class PreparedNode:
     """A node with its schema, the opset of its domain and its slot ids.
 
@@ -40,7 +40,7 @@ class PreparedNode:
         return self.inputs + self.implicit
 
 
-@dataclass
+@dataclass(eq=False)
 class PreparedGraph:
     graph: Graph
     opsets: dict[str, int]

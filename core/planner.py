@@ -56,7 +56,7 @@ def align(nbytes: int) -> int:
     return (nbytes + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
 
 
-@dataclass
+@dataclass(eq=False)
 class Block:
     """One arena block: ``size`` bytes live from step ``first`` to step ``last`` (inclusive).
 
@@ -84,7 +84,7 @@ class Block:
         self.last = max(self.last, last)
 
 
-@dataclass
+@dataclass(eq=False)
 class MemoryPlan:
     blocks: list
     arena_bytes: int
@@ -99,7 +99,7 @@ class MemoryPlan:
         return self.arena_bytes / self.lower_bound_bytes if self.lower_bound_bytes else 1.0
 
 
-@dataclass
+@dataclass(eq=False)
 class StepSpec:
     """What the planner needs to know of one step.
 

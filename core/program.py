@@ -56,7 +56,7 @@ class OutSpec(NamedTuple):
     reshape: bool = False      # FBLOCK: a member whose shape differs from the owner's (in place over a view)
 
 
-@dataclass
+@dataclass(eq=False)
 class Step:
     """One node that runs: at every run (a step) or once per signature (a plan node)."""
 
@@ -80,7 +80,7 @@ class Step:
         return self.kernel.prepare(ctx) if self.kernel.prepare is not None else ctx
 
 
-@dataclass
+@dataclass(eq=False)
 class Segment:
     """Steps up to and including a run of BINDING nodes, and what planning them needs."""
 

@@ -125,7 +125,7 @@ class PackedConv:
 
     opaque_to_tracing = True
     __slots__ = ("attrs", "group", "m", "c", "kernel", "bias", "post_ops", "epilogue", "residual", "weights",
-                 "_primitives", "__weakref__")
+                 "_primitives", "_numpy_path", "__weakref__")
 
     def __init__(self, ctx):
         w = ctx.value(1)
@@ -140,6 +140,9 @@ class PackedConv:
         self.post_ops = eltwise_post_ops(ctx.attr("activation", ""), ctx.attr("activation_params", []))
         self.epilogue = fusions.epilogue(ctx)
         self._primitives = api.PrimitiveCache(MAX_PRIMITIVES)
+        #: (plain weights, {input shape: numpy conv plan}) while runs take the numpy path
+        #: (new shapes whose primitives are being made): dropped at the next primitive run
+        self._numpy_path: Optional[tuple] = None
         dims = self._weight_dims()
         # (a ResNet's blocks of one shape share one probe)
         probe_shape = self._probe_shape(ctx.shape(0))
@@ -226,6 +229,7 @@ class PackedConv:
         if made is None or made is tiered.UNAVAILABLE:
             self._run_numpy(x, y, z, x_nchw)
             return
+        self._numpy_path = None
         api.set_threads(threads)
         prim, weights = made
         values = [x, weights, y]
@@ -249,10 +253,14 @@ class PackedConv:
 
     def _run_numpy(self, x: np.ndarray, y: np.ndarray, z: Optional[np.ndarray], x_nchw: tuple) -> None:
         """The numpy convolution on the weights copied back into their plain layout."""
-        w = self._plain_weights().reshape((self.m, self.c // self.group) + self.kernel)
-        ctx = InferContext(_Node(self.attrs), 11, [x_nchw, w.shape, None if self.bias is None else self.bias.shape],
-                           [F32] * 3, [None] * 3)
-        plan = nn._conv_prepare(ctx)
+        if self._numpy_path is None:
+            self._numpy_path = (self._plain_weights().reshape((self.m, self.c // self.group) + self.kernel), {})
+        w, plans = self._numpy_path
+        plan = plans.get(x_nchw)
+        if plan is None:
+            ctx = InferContext(_Node(self.attrs), 11, [x_nchw, w.shape, None if self.bias is None else self.bias.shape],
+                               [F32] * 3, [None] * 3)
+            plan = plans[x_nchw] = nn._conv_prepare(ctx)
         out = np.empty(plan.out_shape, F32)
         nn._conv([np.ascontiguousarray(x.transpose(TO_NCHW)), w, self.bias], [out], plan)
         if z is not None:

@@ -149,6 +149,7 @@ class PackedGemm:
             self.panels = _pack_panels(np.asarray(weight, dtype=F32), allocate)
             self._address = self.panels.ctypes.data
             self.plain = self.slabs = None     # (every row count runs the panels)
+            native_panels.ready()     # (starts loading the loop now, off the first run's path)
             return
         self.weights = api.PackedWeights(api.MemoryDesc((self.k, self.n), strides=(self.n, 1)),
                                          np.ascontiguousarray(weight, dtype=F32), chosen, allocate)
