@@ -9,6 +9,7 @@ signature with one pass of integer arithmetic.
 from __future__ import annotations
 
 import itertools
+import linecache
 import threading
 from collections import OrderedDict
 from typing import Any
@@ -63,12 +64,22 @@ def _compiled(source: str, name: str):
         if code is not None:
             _CODE.move_to_end(source)
             return code
-    code = compile(source, f"<dynashape-{name}-{next(_module_ids)}>", "exec")
+    filename = f"<dynashape-{name}-{next(_module_ids)}>"
+    code = compile(source, filename, "exec")
     with _CODE_LOCK:
         _CODE[source] = code
+        _register_source(filename, source)
         if len(_CODE) > _CODE_LIMIT:
-            _CODE.popitem(last=False)
+            _, dropped = _CODE.popitem(last=False)
+            linecache.cache.pop(dropped.co_filename, None)
     return code
+
+
+def _register_source(filename: str, source: str) -> None:
+    """Give ``linecache`` the generated source under its file name, so that tracebacks, pdb
+    and profilers show the generated lines (the kernel calls name their nodes). An entry
+    without a modification time is one ``linecache.checkcache`` keeps."""
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
 
 
 class ExprCoder:

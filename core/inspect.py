@@ -67,27 +67,49 @@ def _body_tensors(node, services, scope: str) -> list:
     """The tensors of ``node``'s subgraphs (If branches, Loop/Scan bodies, nested ones too),
     named ``<node>/<attribute>/<tensor>``, shapes in the symbols of the body's inputs (a dim
     it takes from outside keeps the outer symbol)."""
-    from .model import Graph
-
     out = []
-    for attr, value in node.attrs.items():
-        graphs = [value] if isinstance(value, Graph) else [g for g in value if isinstance(g, Graph)] \
-            if isinstance(value, list) else []
-        for graph in graphs:
-            runner = services.subgraph(graph)
-            program = runner.program
-            pg, sg = program.pg, program.sg
-            producers = {o: pn.node.op_type for pn in pg.nodes for o in pn.outputs if o >= 0}
-            plugins = {o: pn.opdef.plugin for pn in pg.nodes for o in pn.outputs if o >= 0}
-            where = f"{scope}/{attr}"
-            for s in list(pg.input_slots) + sorted(producers):
-                out.append({"name": f"{where}/{pg.names[s]}",
-                            "dtype": sg.dtypes[s].name if sg.dtypes[s] is not None else None,
-                            "shape": _dims(sg.shapes[s]), "producer": producers.get(s, "input"),
-                            "plugin": plugins.get(s, ""), "data_dependent": sg.is_data_dependent(s)})
-            for pn in pg.nodes:
-                out.extend(_body_tensors(pn.node, program.services, f"{where}/{pn.node.name}"))
+    for attr, graph in _subgraphs(node):
+        program = services.subgraph(graph).program
+        pg, sg = program.pg, program.sg
+        producers = {o: pn.node.op_type for pn in pg.nodes for o in pn.outputs if o >= 0}
+        plugins = {o: pn.opdef.plugin for pn in pg.nodes for o in pn.outputs if o >= 0}
+        where = f"{scope}/{attr}"
+        for s in list(pg.input_slots) + sorted(producers):
+            out.append({"name": f"{where}/{pg.names[s]}",
+                        "dtype": sg.dtypes[s].name if sg.dtypes[s] is not None else None,
+                        "shape": _dims(sg.shapes[s]), "producer": producers.get(s, "input"),
+                        "plugin": plugins.get(s, ""), "data_dependent": sg.is_data_dependent(s)})
+        for pn in pg.nodes:
+            out.extend(_body_tensors(pn.node, program.services, f"{where}/{pn.node.name}"))
     return out
+
+
+def program_sources(sess: InferenceSession) -> list[tuple[str, str]]:
+    """(title, Python source) of every function generated for the session's program, then for
+    the programs of its If/Loop/Scan bodies (compiled for it; titled ``<node>/<attribute>:``)."""
+    found = list(sess.program.sources())
+    for pn in sess.graph.nodes:
+        found.extend(_body_sources(pn.node, sess.program.services, pn.node.name))
+    return found
+
+
+def _body_sources(node, services, scope: str) -> list:
+    out = []
+    for attr, graph in _subgraphs(node):
+        program = services.subgraph(graph).program
+        where = f"{scope}/{attr}"
+        out.extend((f"{where}: {title}", source) for title, source in program.sources())
+        for pn in program.pg.nodes:
+            out.extend(_body_sources(pn.node, program.services, f"{where}/{pn.node.name}"))
+    return out
+
+
+def _subgraphs(node) -> list:
+    """(attribute name, Graph) of every subgraph a node holds."""
+    from .model import Graph
+    return [(attr, g) for attr, value in node.attrs.items()
+            for g in ([value] if isinstance(value, Graph) else value if isinstance(value, list) else [])
+            if isinstance(g, Graph)]
 
 
 def inspect_model(model: Any, registry: Any = None) -> dict:

@@ -684,7 +684,7 @@ class Program:
                 items.append("None")
         w.emit(f"b = [{', '.join(items)}]" if inline else f"b = B[{pos}]", indent)
         lines[len(w.lines) + 1] = pos
-        w.emit(f"r = {kern}([{ins}], b, P[{pos}])", indent)
+        w.emit(f"r = {kern}([{ins}], b, P[{pos}])  # {_node_label(self.pg.nodes[st.index].node)}", indent)
         written = [(k, o) for k, o in enumerate(st.outputs) if o >= 0]
         if len(written) == 1:
             k, o = written[0]
@@ -713,6 +713,7 @@ class Program:
         w.emit("return (" + "".join(x + ", " for x in lists) + ")")
         ns = w.compile()
         seg.bind = ns["bind"]
+        seg.source["bind"] = ns["__source__"]
 
     def _make_binder(self) -> Callable:
         """``bind(shapes)``: feed shapes (input order) -> values of segment 0's symbols, or
@@ -735,7 +736,18 @@ class Program:
             w.emit(f"if {' or '.join(checks)}: return None")
         values = "".join(first[name] + ", " for name in self.segments[0].symbols)
         w.emit(f"return ({values})")
-        return w.compile()["binder"]
+        ns = w.compile()
+        self.binder_source = ns["__source__"]
+        return ns["binder"]
+
+    def sources(self) -> list[tuple[str, str]]:
+        """(title, Python source) of every function generated for this program: the feed
+        shapes' binder, then per segment its signature, plan-node, bind and run functions."""
+        found = [("binder", self.binder_source)]
+        for seg in self.segments:
+            found.extend((f"segment {seg.index}: {name}", seg.source[name])
+                         for name in ("sig", "run_plan", "bind", "run") if name in seg.source)
+        return found
 
     # --- subgraphs ---------------------------------------------------------------------
     def _compile_body(self, graph) -> Any:
@@ -812,3 +824,10 @@ def _plain_symbol(d) -> bool:
     atom = as_atom(d)
     return atom is not None and atom[0] == "s"
 
+
+def _node_label(node) -> str:
+    """``OpType 'name'`` of a node, as a comment of the generated line that calls its kernel
+    (what a traceback through generated code shows; what is not printable in the name escaped)."""
+    domain = f"{node.domain}::" if node.domain else ""
+    name = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in node.name)
+    return f"{domain}{node.op_type} '{name}'"

@@ -13,17 +13,29 @@ from .common import cli_errors, feed_options, feeds_from_options
 @click.option("--rewrites", "show_rewrites", is_flag=True,
               help="list the graph rewrites that fired (rewrite, plugin, root node, nodes removed/added) and the "
                    "node and step counts before and after, instead of the tensors")
-def inspect(model: str, fmt: str, show_rewrites: bool) -> None:
+@click.option("--program", "show_program", is_flag=True,
+              help="print the Python source of every function generated for the model (each kernel call names "
+                   "its node), its If/Loop/Scan bodies' too, instead of the tensors")
+def inspect(model: str, fmt: str, show_rewrites: bool, show_program: bool) -> None:
     """Every tensor of MODEL with dtype, symbolic shape, producing op and plugin.
 
     Graph rewrites (fusions) are on unless DYNASHAPE_OPTIMIZE=0 is set."""
     import json
 
     from ..errors import UnsupportedOperatorError
-    from ..inspect import inspect_model, inspect_rewrites, inspect_session
+    from ..inspect import inspect_model, inspect_rewrites, inspect_session, program_sources
     from ..memreport import short_name
     from ..session import InferenceSession
 
+    if show_program:
+        with cli_errors(model):
+            sources = program_sources(InferenceSession(model))
+        if fmt == "json":
+            click.echo(json.dumps([{"function": title, "source": source} for title, source in sources], indent=1))
+            return
+        for title, source in sources:
+            click.echo(f"# --- {title}\n{source}")
+        return
     with cli_errors(model):
         try:
             sess = InferenceSession(model)

@@ -215,3 +215,20 @@ def test_inspect_lists_the_tensors_of_if_branches_with_their_symbolic_shapes(tmp
                        "If_0/then_branch/x": (["n"], "input"), "If_0/then_branch/t1": (["n"], "Add"),
                        "If_0/then_branch/t": (["n"], "Relu"), "If_0/else_branch/x": (["n"], "input"),
                        "If_0/else_branch/e": (["n"], "Neg")}
+
+
+def test_inspect_program_prints_every_generated_function_with_the_branches_and_node_names(tmp_path):
+    from tests.core.test_cli_tools import _if_model
+    path = tmp_path / "if.onnx"
+    onnx.save(_if_model(), path)
+    code, out = _invoke("inspect", str(path), "--program")
+    assert code == 0, out
+    titles = [line[len("# --- "):] for line in out.splitlines() if line.startswith("# --- ")]
+    per_program = ["binder", "segment 0: sig", "segment 0: run_plan", "segment 0: bind", "segment 0: run"]
+    assert titles[:5] == per_program      # the main graph's, then each branch's (in the If's attribute order)
+    assert sorted(titles[5:]) == sorted(f"If_0/{b}: {t}" for b in ("then_branch", "else_branch") for t in per_program)
+    assert "# Relu 'ReluA'" in out and "# Neg 'NegB'" in out
+    calls = [line for line in out.splitlines() if "= _k" in line]
+    assert calls and all("  # " in line for line in calls)       # every kernel call names its node
+    code, js = _invoke("inspect", str(path), "--program", "--format", "json")
+    assert code == 0 and [f["function"] for f in json.loads(js)] == titles

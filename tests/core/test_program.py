@@ -277,3 +277,44 @@ def test_subgraphs_keep_the_registry_the_session_was_built_with():
         np.testing.assert_array_equal(y, [42, 42, 42])           # a new session sees the plugin
     finally:
         dynashape.unregister_plugin(name)
+
+
+def test_a_kernel_error_inside_generated_code_shows_the_generated_line_naming_the_node():
+    """The generated functions' source is in linecache: the traceback through the generated
+    run shows the line that called the kernel, with the node's op type and name (what is
+    not printable in the name escaped, so that the lines stay the source's lines)."""
+    import traceback
+    calls = [0]
+    lib = OpLibrary()
+
+    @lib.op("Boom", 1, domain="test.boom", infer_dtype=same_dtype(0))
+    def _shape(ctx):
+        return [ctx.shape(0)]
+
+    @lib.kernel("Boom", domain="test.boom")
+    def _boom(inputs, outputs, ctx):
+        calls[0] += 1
+        if calls[0] == 3:       # (the first run of a plan checks the kernel's contract step by step)
+            raise ValueError("boom")
+        outputs[0][...] = inputs[0]
+
+    name = dynashape.register_plugin(lib.plugin(), name="test-boom")
+    try:
+        nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu"),
+                 helper.make_node("Boom", ["a"], ["y"], name="boom\u2028node", domain="test.boom")]
+        sess = dynashape.InferenceSession(_model(nodes, [("x", F, ["n"])], [("y", F, ["n"])],
+                                                 opsets=(("", 17), ("test.boom", 1))).SerializeToString())
+        x = np.array([-1.0, 2.0], np.float32)
+        for _ in range(2):
+            np.testing.assert_array_equal(sess.run(None, {"x": x})[0], [0.0, 2.0])
+        with pytest.raises(dynashape.errors.ExecutionError, match="Boom node 'boom\u2028node' failed: ValueError: boom") \
+                as info:
+            sess.run(None, {"x": x})
+        text = "".join(traceback.format_exception(info.value))
+        generated = [f for f in traceback.extract_tb(info.value.__cause__.__traceback__)
+                     if f.filename.startswith("<dynashape-")]
+        assert len(generated) == 1 and generated[0].line.endswith("# test.boom::Boom 'boom\\u2028node'")
+        assert generated[0].line.startswith("r = _k") and generated[0].line in text
+        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], [0.0, 2.0])     # (usable after)
+    finally:
+        dynashape.unregister_plugin(name)
