@@ -21,14 +21,16 @@ __all__ = ["optimize_graph"]
 
 
 def optimize_graph(pg: PreparedGraph, registry: Registry, dims: Mapping[int, Any], dtypes: Mapping[int, Any],
-                   reprepare: Optional[Callable[[Graph], PreparedGraph]] = None, fold: bool = True
-                   ) -> tuple[PreparedGraph, RewriteReport]:
+                   reprepare: Optional[Callable[[Graph], PreparedGraph]] = None, fold: bool = True,
+                   memory_limit: Optional[int] = None) -> tuple[PreparedGraph, RewriteReport]:
     """``pg`` with the registry's rewrites applied (``pg`` itself when none fired).
 
     Args:
         dims, dtypes: symbolic dims (None: rank unknown) and dtypes of ``pg``'s input slots.
         reprepare: how the rewritten :class:`Graph` becomes a prepared graph again (a
             subgraph passes its outer names); default ``prepare_graph(graph, registry, opsets)``.
+        fold, memory_limit: fold the constant-only nodes the rewrites leave, none whose output
+            is over ``memory_limit`` bytes (the session's: as the fold before the rewrites).
 
     Raises:
         ValueError: a rewrite built a replacement that does not produce its root's outputs.
@@ -63,7 +65,7 @@ def optimize_graph(pg: PreparedGraph, registry: Registry, dims: Mapping[int, Any
     rewritten = Graph(g.name, nodes, g.inputs, g.outputs, constants, g.value_info, g.overridable, origin=g)
     new_pg = reprepare(rewritten) if reprepare is not None else prepare_graph(rewritten, registry, pg.opsets)
     if fold:
-        fold_constants(new_pg, registry)
+        fold_constants(new_pg, registry, memory_limit=memory_limit)
     new_pg.prior = prior
     report.nodes_after = len(new_pg.nodes)
     return new_pg, report

@@ -438,7 +438,8 @@ class InferenceSession:
             folded += fold_constants(graph, self.registry, memory_limit=self.memory_limit)
         rewrites = RewriteReport.unchanged(len(graph.nodes))
         if self.optimize:
-            graph, rewrites = optimize_graph(graph, self.registry, *input_dims(graph, self._inputs))
+            graph, rewrites = optimize_graph(graph, self.registry, *input_dims(graph, self._inputs),
+                                             memory_limit=self.memory_limit)
         release_unread_constants(graph, keep=self._overridable)
         return CompiledModel(graph, rewrites, folded, override_base)
 

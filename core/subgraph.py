@@ -107,18 +107,19 @@ class SubgraphRunner:
                 dtypes[pg.slot[name]] = outer_dtypes.get(name)
             self._rewrites = RewriteReport.unchanged(len(pg.nodes))
             if optimize:
-                pg, dims, dtypes = self._optimized(pg, dims, dtypes, opsets, constants)
+                pg, dims, dtypes = self._optimized(pg, dims, dtypes, opsets, constants, memory_limit)
             self._prepared = pg
             self._engine = Engine(pg, registry, dims, dtypes, self.input_names, allocator, validate=validate,
                                   plan_cache_size=plan_cache_size, name=f"body-{graph.name or 'subgraph'}",
                                   optimize=optimize, memory_limit=memory_limit)
             return self._engine
 
-    def _optimized(self, pg, dims: dict, dtypes: dict, opsets, constants: dict) -> tuple:
+    def _optimized(self, pg, dims: dict, dtypes: dict, opsets, constants: dict, memory_limit) -> tuple:
         """The body after the graph rewrites, with its input dims by the new slots."""
         def reprepare(graph: Graph):
             return prepare_graph(graph, self.registry, dict(opsets), outer=self.outer, outer_constants=constants)
-        new_pg, self._rewrites = optimize_graph(pg, self.registry, dims, dtypes, reprepare)
+        new_pg, self._rewrites = optimize_graph(pg, self.registry, dims, dtypes, reprepare,
+                                                memory_limit=memory_limit)
         if new_pg is pg:
             return pg, dims, dtypes
         by_name = {pg.names[s]: s for s in dims}

@@ -153,3 +153,30 @@ def test_an_intermediate_over_the_limit_is_named_from_the_symbolic_plan(allocato
         s.run(None, {"x": np.ones(300, np.float32)})
     assert info.value.nbytes == 1_200_000 and info.value.node == "tile"
     np.testing.assert_array_equal(s.run(None, {"x": np.ones(5, np.float32)})[0], [5000.0])
+
+
+@pytest.mark.parametrize("in_a_branch", [False, True])
+def test_the_fold_after_the_rewrites_keeps_the_sessions_memory_limit(in_a_branch):
+    """A constant-only Expand over the session's memory_limit is not folded at load, neither
+    before the rewrites nor after them (a no-op Cast the rewrites remove makes them fire),
+    in the main graph as in an If branch: its plan raises ResourceLimitError, as it would
+    without the rewrites."""
+    big = [helper.make_node("Constant", [], ["one"], value=numpy_helper.from_array(np.ones(1, np.float32))),
+           helper.make_node("Constant", [], ["s"], value=numpy_helper.from_array(np.array([512, 1024]))),
+           helper.make_node("Expand", ["one", "s"], ["big"], name="ex"),         # 2 MiB, all constant
+           helper.make_node("Cast", ["x"], ["xc"], to=F),                       # float -> float: removed
+           helper.make_node("Add", ["big", "xc"], ["y"], name="add")]
+    if in_a_branch:
+        branch = helper.make_graph(big, "then", [], [_vi("y")])
+        other = helper.make_graph([helper.make_node("Identity", ["x"], ["y2"])], "else", [], [_vi("y2")])
+        nodes = [helper.make_node("If", ["c"], ["out"], then_branch=branch, else_branch=other)]
+        model = _model(nodes, [_vi("c", [], TensorProto.BOOL), _vi("x", [1])], [_vi("out")])
+        feeds = {"c": np.array(True), "x": np.ones(1, np.float32)}
+    else:
+        model = _model(big, [_vi("x", [1])], [_vi("y")])
+        feeds = {"x": np.ones(1, np.float32)}
+    s = ds.InferenceSession(model, memory_limit="1MiB", optimize=True)
+    with pytest.raises(ds.ResourceLimitError, match="node 'ex'"):
+        s.run(None, feeds)
+    relaxed = ds.InferenceSession(model, memory_limit="16MiB", optimize=True)
+    np.testing.assert_array_equal(relaxed.run(None, feeds)[0], np.full((512, 1024), 2.0, np.float32))
