@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import threading
+import weakref
 
 import numpy as np
 import pytest
@@ -84,3 +85,47 @@ def test_a_session_and_a_subgraph_body_compile_with_the_collector_off(collector_
     np.testing.assert_array_equal(out, [-1.0, 2.0])
     assert seen and not any(seen), seen    # the main graph's and the branch's prepare ran paused
     assert len(seen) >= 2 and gc.isenabled()
+
+
+class _Node:
+    pass
+
+
+def test_the_compiles_objects_end_in_the_oldest_generation_without_a_collection(collector_on):
+    """After the pause, what it allocated is no young generation the collector would walk at
+    the next allocation (gc.freeze + gc.unfreeze); garbage cycles made during the pause are
+    still collected, by a full collection."""
+    collections = []
+
+    def count(phase, info):
+        if phase == "stop":
+            collections.append(info["generation"])
+    gc.collect()
+    with gcpause.pausing():
+        kept = [{"i": i} for i in range(20000)]       # (well over the young threshold)
+        cycle = _Node()
+        cycle.me = cycle
+        dropped = weakref.ref(cycle)
+        del cycle
+    gc.callbacks.append(count)
+    try:
+        assert gc.get_count()[0] < gc.get_threshold()[0]
+        extra = [[] for _ in range(100)]
+        assert collections == []                      # no young collection started at once
+    finally:
+        gc.callbacks.remove(count)
+    assert dropped() is not None                      # (a cycle: only a collection frees it)
+    gc.collect()
+    assert dropped() is None
+    assert len(kept) == 20000 and len(extra) == 100
+
+
+def test_objects_the_application_froze_stay_frozen(collector_on):
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with gcpause.pausing():
+            [{"i": i} for i in range(1000)]
+        assert gc.get_freeze_count() == frozen        # not unfrozen by the pause's end
+    finally:
+        gc.unfreeze()
