@@ -169,17 +169,42 @@ class ValueType:
 @dataclass(frozen=True, repr=False)
 class SequenceType(ValueType):
     """``seq(elem)``: ``elem`` a numpy dtype (tensors), another container type, or None
-    (unknown element type). ``rank``: the rank every element has when the ops that made the
-    sequence prove it (SplitToSequence, SequenceConstruct, ...), else None; a hint for
-    shape inference (SequenceAt, ConcatFromSequence), not part of the type: two sequence
-    types that differ only in it are equal. Declared ranks are never taken (exporters
-    write wrong ones)."""
+    (unknown element type).
+
+    Hints the ops that made the sequence prove (SplitToSequence, SequenceConstruct,
+    SequenceInsert, a Loop that carries it), for shape inference (SequenceAt,
+    ConcatFromSequence); not part of the type: two sequence types that differ only in them
+    are equal. Declared ranks are never taken (exporters write wrong ones).
+
+    * ``rank``: the rank every element has, else None;
+    * ``dims``: per axis the int every element has there, None where not proven (a
+      symbolic dim counts as None: a hint crosses subgraph scopes, where a symbol means
+      nothing); given with a rank, ``(None,) * rank``; None when the rank is not known;
+    * ``empty``: the sequence holds no element (SequenceEmpty): rank and dims say nothing,
+      and :func:`join_sequences` takes the other side's.
+    """
 
     elem: Any = None
     rank: Optional[int] = field(default=None, compare=False)
+    dims: Optional[tuple] = field(default=None, compare=False)
+    empty: bool = field(default=False, compare=False)
+
+    def __post_init__(self) -> None:
+        dims = None if self.empty else self.dims
+        if dims is None and self.rank is not None and not self.empty:
+            dims = (None,) * self.rank
+        dims = known_dims(dims)
+        object.__setattr__(self, "dims", dims)
+        object.__setattr__(self, "rank", None if dims is None else len(dims))
 
     def __repr__(self) -> str:
-        return f"SequenceType({self.elem!r})" if self.rank is None else f"SequenceType({self.elem!r}, rank={self.rank})"
+        if self.empty:
+            return f"SequenceType({self.elem!r}, empty=True)"
+        if self.dims is None:
+            return f"SequenceType({self.elem!r})"
+        if all(d is None for d in self.dims):
+            return f"SequenceType({self.elem!r}, rank={self.rank})"
+        return f"SequenceType({self.elem!r}, dims={self.dims})"
 
 
 @dataclass(frozen=True, repr=False)
@@ -297,6 +322,39 @@ def merge_types(declared: Any, actual: Any) -> Any:
     return declared
 
 
+def known_dims(shape) -> Optional[tuple]:
+    """``shape`` with every dim that is not an int as None (a symbolic dim); None for None."""
+    if shape is None:
+        return None
+    return tuple(int(d) if isinstance(d, (int, np.integer)) and not isinstance(d, bool) else None for d in shape)
+
+
+def join_dims(a, b) -> Optional[tuple]:
+    """The dims two shapes (ints, symbolic dims, None) prove alike: per axis the int both
+    have, else None; None when either rank is unknown or the ranks differ."""
+    a, b = known_dims(a), known_dims(b)
+    if a is None or b is None or len(a) != len(b):
+        return None
+    return tuple(x if x == y else None for x, y in zip(a, b))
+
+
+def join_sequences(a: "SequenceType", b: "SequenceType") -> "SequenceType":
+    """A sequence type whose hints hold for every element of ``a`` and of ``b`` (a Loop's
+    carried sequence across iterations, an If's two branches): an empty side adds nothing;
+    the element type is ``a``'s, or ``b``'s where ``a``'s is not known."""
+    elem = a.elem if a.elem is not None else b.elem
+    if a.empty or b.empty:
+        other = b if a.empty else a
+        return SequenceType(elem, dims=other.dims, empty=other.empty)
+    return SequenceType(elem, dims=join_dims(a.dims, b.dims))
+
+
+def with_element(t: "SequenceType", shape) -> "SequenceType":
+    """``t`` with one more element of ``shape`` (None: rank unknown): its hints joined with
+    the element's dims."""
+    return join_sequences(t, SequenceType(t.elem, dims=known_dims(shape)))
+
+
 def optional_elem(t: Any) -> Any:
     """The element type of an optional type (``t`` itself for any other type)."""
     return t.elem if isinstance(t, OptionalType) else t
@@ -305,3 +363,4 @@ def optional_elem(t: Any) -> Any:
 __all__.append("merge_types")
 __all__.append("type_key")
 __all__.append("optional_elem")
+__all__ += ["known_dims", "join_dims", "join_sequences", "with_element"]

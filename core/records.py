@@ -209,12 +209,15 @@ class InferContext:
     inference, ``output_shapes`` and ``output_dtypes`` are filled in. ``services`` is the
     engine's :class:`~dynashape.node.NodeServices` (the model's opsets, compiled subgraphs).
     ``prepacked`` is what the kernel's ``prepack`` made of its constant inputs for this node
-    (None when it has none, or outside a compiled program).
+    (None when it has none, or outside a compiled program). ``scope``: for a node with
+    subgraphs in the import-time walk, the graph around it
+    (:class:`~dynashape.symbolic_inference.OuterScope`: its subgraphs can be walked
+    symbolically there), else None.
     """
 
     __slots__ = ("node", "opset", "input_shapes", "input_dtypes", "input_values",
                  "output_shapes", "output_dtypes", "symbolic", "fresh", "services", "guards", "_fresh_count",
-                 "prepacked")
+                 "prepacked", "scope")
 
     def __init__(self, node, opset: int, input_shapes, input_dtypes, input_values,
                  symbolic: bool = False, fresh: Optional[Callable[[], Expr]] = None, services=None):
@@ -231,6 +234,7 @@ class InferContext:
         self.guards: list = []
         self._fresh_count = -1
         self.prepacked: Any = None
+        self.scope: Any = None
 
     # node ---------------------------------------------------------------
     @property

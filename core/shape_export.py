@@ -28,9 +28,9 @@ __all__ = ["infer_shapes", "ShapeReport"]
 class ShapeReport:
     """What :func:`infer_shapes` wrote: ``tensors`` with a full shape, ``symbolic`` dims named
     after an expression of the input dims, ``data_dependent`` dims (``unk__N``); the tensors
-    left without a shape (``unknown``: their rank is not known, such as a ConcatFromSequence
-    of a sequence a Loop made) and the sequences, optionals and maps (``containers``: they
-    have no tensor shape)."""
+    left without a shape (``unknown``: their rank is not known, such as a SequenceAt of a
+    sequence graph input, whose elements' rank nothing proves) and the sequences, optionals
+    and maps (``containers``: they have no tensor shape)."""
 
     def __init__(self) -> None:
         self.tensors = 0
@@ -109,9 +109,10 @@ def _proto_of(source: Union[str, bytes]) -> "onnx_proto.ModelProto":
 
 def _typed_dims(pg, sg, slot: int, report: ShapeReport) -> tuple:
     """(each dim as an int or a dim_param name, dtype); (None, ...) when the rank is not
-    known. A constant no node reads any more (released after folding) has its own."""
+    known, or the value is a sequence, optional or map (its container type as the dtype).
+    A constant no node reads any more (released after folding) has its own."""
     shape, dtype = sg.shapes[slot], sg.dtypes[slot]
-    if shape is None:
+    if shape is None and not isinstance(dtype, ValueType):
         shape, dtype = pg.constant_type(slot)
     if shape is None:
         return None, dtype

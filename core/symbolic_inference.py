@@ -20,7 +20,12 @@ gets a status:
 Sequences and optionals (ONNX IR.md "Types") have no shape: their dtype is a
 :class:`~dynashape.dtypes.SequenceType` / :class:`~dynashape.dtypes.OptionalType` and their
 shape None, which (unlike a tensor of unknown rank) makes no node a binding point; the
-kernels make them at run time and they are never planned.
+kernels make them at run time and they are never planned. A sequence type carries what is
+proven of its elements (rank, int dims) for SequenceAt and ConcatFromSequence.
+
+A node with subgraphs (If, Loop) is inferred with an :class:`OuterScope`, through which its
+rule may walk a subgraph symbolically (the subgraph is compiled only when it first runs):
+a Loop finds the element dims of the sequences it carries that way.
 
 Source: docs/SEEDS.md §6 (ONNX symbolic shape inference proposal), which this extends
 with symbolic expressions and binding points.
@@ -33,14 +38,14 @@ from typing import Optional
 
 import numpy as np
 
-from .dtypes import ValueType
-from .errors import ShapeInferenceError
-from .graph import PreparedGraph
-from .node import NodeServices, choose_kernel, fold, infer, make_context
+from .dtypes import ValueType, known_dims
+from .errors import DynashapeError, ShapeInferenceError
+from .graph import PreparedGraph, prepare_graph
+from .node import NodeServices, choose_kernel, fold, has_subgraph, infer, make_context
 from .registry import Registry
 from .symbolic import Expr, dim_str, free_symbols, sym
 
-__all__ = ["FOLDED", "PLAN", "STEP", "BINDING", "SymbolicGraph", "PriorInference", "infer_symbolic"]
+__all__ = ["FOLDED", "PLAN", "STEP", "BINDING", "SymbolicGraph", "PriorInference", "OuterScope", "infer_symbolic"]
 
 FOLDED, PLAN, STEP, BINDING = "folded", "plan", "step", "binding"
 
@@ -111,6 +116,87 @@ class PriorInference:
                 and by_name(pg.names, input_dtypes) == by_name(self.pg.names, self.input_dtypes))
 
 
+@dataclass
+class OuterScope:
+    """What the subgraphs of one node see of the graph around it at import: that graph's
+    opsets and registry, and each value the node's subgraphs read from it, by name, as
+    ``(shape, dtype, host value or None)``."""
+
+    opsets: dict
+    registry: Registry
+    values: dict
+
+    def infer(self, graph, formal: list) -> Optional[list]:
+        """``(dims, dtype)`` of each output of the subgraph ``graph`` from a symbolic walk of
+        it in this scope (the walk compiles nothing; the subgraph's own compile, when it
+        first runs, reports what is wrong with it).
+
+        Args:
+            graph: a subgraph of the node (a ``Graph`` attribute).
+            formal: ``(dims, dtype)`` of each of its formal inputs: dims ints, or None for a
+                dim not known (a symbol of its own in the walk); None for an unknown rank.
+
+        Returns:
+            Per output, its dims (ints, None where the walk does not prove an int; None for
+            an unknown rank) and its dtype (a sequence's with the hints the walk proves);
+            None when the walk cannot be made (an op the registry lacks, a rule that fails
+            on the subgraph's attributes).
+        """
+        outer = tuple(sorted(graph.outer_names()))
+        constants = {n: self.values[n][2] for n in outer if _host_constant(self.values.get(n))}
+        try:
+            pg = prepare_graph(graph, self.registry, self.opsets, outer=outer, outer_constants=constants)
+            dims, dtypes, values = self._outer_inputs(pg, outer, constants)
+            taken = {name for d in dims.values() for x in d or () for name in free_symbols(x)}
+            for vi, (shape, dtype) in zip(graph.inputs, formal):
+                slot = pg.slot[vi.name]
+                dims[slot], dtypes[slot] = _local_dims(vi.name, shape, taken), dtype
+            sg = infer_symbolic(pg, self.registry, dims, dtypes, NodeServices(self.opsets, self.registry), values)
+        except DynashapeError:
+            return None
+        return [(known_dims(sg.shapes[s]), sg.dtypes[s]) for s in pg.output_slots]
+
+    def _outer_inputs(self, pg: PreparedGraph, outer: tuple, constants: dict) -> tuple:
+        """Dims, dtypes and symbolic values of the outer values the walk takes as inputs."""
+        dims, dtypes, values = {}, {}, {}
+        for name in outer:
+            if name in constants:
+                continue
+            shape, dtype, value = self.values.get(name, (None, None, None))
+            slot = pg.slot[name]
+            dims[slot], dtypes[slot] = shape, dtype
+            if value is not None:
+                values[slot] = value
+        return dims, dtypes, values
+
+
+def _host_constant(entry) -> bool:
+    """An outer value known on the host (not symbolic): a constant of the walked subgraph."""
+    return entry is not None and isinstance(entry[2], np.ndarray) and entry[2].dtype != object
+
+
+def _local_dims(name: str, dims, taken: set) -> Optional[tuple]:
+    """A formal input's dims for a walk: each None a symbol of its own (``unk__<input>_<axis>``,
+    unique among ``taken``)."""
+    if dims is None:
+        return None
+    out = []
+    for axis, d in enumerate(dims):
+        if d is None:
+            local = f"unk__{name}_{axis}"
+            while local in taken:
+                local += "_"
+            taken.add(local)
+            d = sym(local)
+        out.append(d)
+    return tuple(out)
+
+
+def _scope(pg: PreparedGraph, sg: "SymbolicGraph", pn, registry: Registry) -> OuterScope:
+    return OuterScope(pg.opsets, registry, {pg.names[s]: (sg.shapes[s], sg.dtypes[s], sg.values[s])
+                                            for s in pn.implicit})
+
+
 def infer_symbolic(pg: PreparedGraph, registry: Registry, input_dims: dict, input_dtypes: dict,
                    services: Optional[NodeServices] = None, input_values: Optional[dict] = None,
                    prior: Optional[PriorInference] = None) -> SymbolicGraph:
@@ -157,7 +243,8 @@ def infer_symbolic(pg: PreparedGraph, registry: Registry, input_dims: dict, inpu
     for idx, pn in enumerate(pg.nodes):
         status = reuse.node(sg, pn) if reuse is not None else None
         if status is None:
-            status = _infer_node(sg, idx, pn, registry, services, new_dim)
+            scope = _scope(pg, sg, pn, registry) if has_subgraph(pn) else None
+            status = _infer_node(sg, idx, pn, registry, services, new_dim, scope)
         if status == STEP and _only_signature_inputs(pn, known):
             status = PLAN
         if status in (FOLDED, PLAN):
@@ -243,10 +330,19 @@ def _only_signature_inputs(pn, known: set) -> bool:
 LOAD_TIME_KINDS = frozenset({"InvalidAttribute", "MissingAttribute", "AxisOutOfRange", "InvalidRank"})
 
 
-def _infer_node(sg: SymbolicGraph, idx: int, pn, registry: Registry, services, new_dim) -> str:
-    shapes, dtypes, values = sg.shapes, sg.dtypes, sg.values
-    ctx = make_context(pn, shapes, dtypes, values, services, symbolic=True, fresh=new_dim)
+def _infer_node(sg: SymbolicGraph, idx: int, pn, registry: Registry, services, new_dim,
+                scope: Optional[OuterScope] = None) -> str:
+    ctx = make_context(pn, sg.shapes, sg.dtypes, sg.values, services, symbolic=True, fresh=new_dim)
     sg.contexts.append(ctx)
+    ctx.scope = scope
+    try:
+        return _infer_in_context(sg, idx, pn, registry, ctx)
+    finally:
+        ctx.scope = None    # (it holds the outer values, weights too: the contexts are kept)
+
+
+def _infer_in_context(sg: SymbolicGraph, idx: int, pn, registry: Registry, ctx) -> str:
+    shapes, dtypes, values = sg.shapes, sg.dtypes, sg.values
     kernel = None
     try:
         kernel = choose_kernel(registry, pn, ctx)

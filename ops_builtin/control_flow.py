@@ -17,6 +17,12 @@ Values are tensors, sequences (lists of arrays) or optionals (None or the elemen
 branches may return sequences/optionals and Loop may carry them (ONNX If-13+/Loop-13+
 allow sequence types, If-16+/Loop-16+ optional types); they pass through the runners as
 they are.
+
+At import the element dims of a sequence a Loop carries, or an If returns, come from a
+symbolic walk of the subgraph (``ctx.scope``, symbolic_inference.OuterScope): a Loop walks
+its body from the initial values until the carried values' types hold for every iteration
+(SequenceEmpty, then a SequenceInsert of ``[k, 4]`` per iteration: elements ``[?, 4]``);
+an If joins what its branches return.
 """
 from __future__ import annotations
 
@@ -24,7 +30,8 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
-from dynashape.dtypes import is_container, merge_types
+from dynashape.dtypes import OptionalType, SequenceType, is_container, join_dims, join_sequences, known_dims, \
+    merge_types
 from dynashape.errors import ExecutionError
 from dynashape.model import FIXED, Graph, ValueInfo
 from dynashape.program import copy_value
@@ -199,7 +206,37 @@ def _if_dtype(ctx: InferContext):
             out.append(da if chosen else db)
         else:
             out.append(da if da is not None else db)
+    if _walks(ctx, out):
+        branches = [then_g, else_g] if chosen is None else [then_g if chosen else else_g]
+        out = _branch_sequences(ctx, out, branches)
     return out
+
+
+def _walks(ctx: InferContext, types: list) -> bool:
+    """The import-time walk of a subgraph is worth it: a sequence is among ``types``."""
+    return ctx.symbolic and ctx.scope is not None and any(isinstance(t, SequenceType) for t in types)
+
+
+def _branch_sequences(ctx: InferContext, types: list, branches: list) -> list:
+    """``types`` with each sequence's hints those the walks of ``branches`` prove for it
+    (joined over both branches); unchanged where a walk cannot be made."""
+    walked = [ctx.scope.infer(g, []) for g in branches]
+    if any(w is None for w in walked):
+        return types
+    out = list(types)
+    for j, t in enumerate(types):
+        found = [w[j][1] for w in walked]
+        if isinstance(t, SequenceType) and all(isinstance(f, SequenceType) for f in found):
+            joined = found[0] if len(found) == 1 else join_sequences(found[0], found[1])
+            out[j] = _with_hints(t, joined)
+    return out
+
+
+def _with_hints(t, hinted):
+    """Sequence type ``t`` with the element hints of ``hinted`` (``t`` when either is no sequence)."""
+    if not isinstance(t, SequenceType) or not isinstance(hinted, SequenceType):
+        return t
+    return SequenceType(t.elem if t.elem is not None else hinted.elem, dims=hinted.dims, empty=hinted.empty)
 
 
 lib.op("If", IF_VERSIONS, infer_dtype=_if_dtype, data_dependent=True)(_if_shape)
@@ -272,17 +309,78 @@ def _loop_shape(ctx: InferContext):
 def _carried_dtype(ctx: InferContext, body: Graph, j: int):
     """A loop-carried value's type: the initial value's; for a sequence/optional, the body
     output's declared type filled in from it (an optional(seq) initial value may be carried
-    on as the seq its body makes)."""
+    on as the seq its body makes). Without the initial sequence's element hints: the body
+    may insert other elements (:func:`_carried_fixpoint` finds those that hold)."""
     init, declared = ctx.dtype(2 + j), _declared_dtype(body.outputs[1 + j])
     if is_container(declared):
-        return merge_types(declared, init)
-    return init
+        return _unhinted(merge_types(declared, init))
+    return _unhinted(init)
+
+
+def _unhinted(t):
+    """A type without the element hints of the sequences in it (SequenceType.dims, .empty)."""
+    if isinstance(t, SequenceType):
+        return SequenceType(_unhinted(t.elem))
+    if isinstance(t, OptionalType):
+        return OptionalType(_unhinted(t.elem))
+    return t
 
 
 def _loop_dtype(ctx: InferContext):
     body, n_carried, n_scan = _loop_body(ctx)
-    return ([_carried_dtype(ctx, body, j) for j in range(n_carried)]
-            + [_declared_dtype(body.outputs[1 + n_carried + k]) for k in range(n_scan)])
+    carried = [_carried_dtype(ctx, body, j) for j in range(n_carried)]
+    if _walks(ctx, carried):
+        settled = _carried_fixpoint(ctx, body, n_carried)
+        if settled is not None:
+            carried = [_with_hints(t, hinted) for t, (_, hinted) in zip(carried, settled)]
+    return carried + [_declared_dtype(body.outputs[1 + n_carried + k]) for k in range(n_scan)]
+
+
+#: the most walks of a Loop's body :func:`_carried_fixpoint` makes (each one finding less
+#: about the carried values, as a dim or a rank the body changes is let go)
+LOOP_WALKS = 4
+
+
+def _carried_fixpoint(ctx: InferContext, body: Graph, n_carried: int) -> list | None:
+    """``(dims, type)`` of each loop-carried value, holding at every iteration: the initial
+    values' joined with what the body makes of them, the body walked again with the joined
+    ones until nothing changes. Dims are ints or None (a dim that differs between
+    iterations, or is not known); a sequence's hints are those of every element it ever
+    holds (an empty initial sequence adds none). None when a walk cannot be made or the
+    values do not settle within LOOP_WALKS walks."""
+    head = [(_fixed_dims(vi), _declared_dtype(vi)) for vi in body.inputs[:2]]
+    state = [(known_dims(ctx.shape(2 + j)), ctx.dtype(2 + j)) for j in range(n_carried)]
+    for _ in range(LOOP_WALKS):
+        outs = ctx.scope.infer(body, head + state)
+        if outs is None:
+            return None
+        joined = [_join_carried(s, o) for s, o in zip(state, outs[1:1 + n_carried])]
+        if all(_same_carried(a, b) for a, b in zip(joined, state)):
+            return state
+        state = joined
+    return None
+
+
+def _fixed_dims(vi: ValueInfo) -> tuple | None:
+    """A subgraph input's declared dims: fixed ones as ints, others None; None: no shape."""
+    return None if vi.dims is None else tuple(d.value if d.kind == FIXED else None for d in vi.dims)
+
+
+def _join_carried(before: tuple, after: tuple) -> tuple:
+    """A carried value's ``(dims, type)`` covering both iterations: dims alike kept; a
+    sequence's hints joined; another type stays ``before``'s (None: not known)."""
+    (da, ta), (db, tb) = before, after
+    if isinstance(ta, SequenceType) and isinstance(tb, SequenceType):
+        return join_dims(da, db), join_sequences(ta, tb)
+    return join_dims(da, db), ta
+
+
+def _same_carried(a: tuple, b: tuple) -> bool:
+    """Equal ``(dims, type)``, a sequence's hints included (its type's equality ignores them)."""
+    (da, ta), (db, tb) = a, b
+    if isinstance(ta, SequenceType) and isinstance(tb, SequenceType):
+        return da == db and ta == tb and (ta.dims, ta.empty) == (tb.dims, tb.empty)
+    return da == db and ta == tb
 
 
 lib.op("Loop", LOOP_VERSIONS, infer_dtype=_loop_dtype, data_dependent=True)(_loop_shape)
@@ -449,7 +547,8 @@ def _scan_shape(ctx: InferContext):
 def _scan_dtype(ctx: InferContext):
     lay = _scan_layout(ctx)
     first, n, body = lay["first"], lay["n"], lay["body"]
-    return [ctx.dtype(first + j) for j in range(n)] + [_declared_dtype(body.outputs[n + j]) for j in range(lay["k"])]
+    return [_unhinted(ctx.dtype(first + j)) for j in range(n)] + \
+        [_declared_dtype(body.outputs[n + j]) for j in range(lay["k"])]
 
 
 lib.op("Scan", SCAN8_VERSIONS + SCAN_VERSIONS, infer_dtype=_scan_dtype, data_dependent=True)(_scan_shape)

@@ -9,6 +9,11 @@ is None (empty) or its element. Their slots have no shape (``infer_shape`` retur
 them) and a :class:`~dynashape.dtypes.SequenceType` / :class:`~dynashape.dtypes.OptionalType`
 as their dtype; the engine never plans them: the kernels make them when they run.
 
+At import a sequence's type carries what is proven of its elements (``SequenceType.rank``,
+``.dims``: the int each axis has in every element; ``.empty`` from SequenceEmpty): the ops
+that make a sequence prove it, SequenceAt and ConcatFromSequence take it (a Loop carrying a
+sequence: control_flow.py).
+
 Sequences are immutable once made: a kernel that changes one returns a new list, and every
 tensor put into a sequence (or an optional) is copied first, so an element is never a view
 of an arena buffer that a later step or run overwrites (elements may be shared between
@@ -21,7 +26,8 @@ host constant, so constant folding must not run them (it would turn the list int
 from __future__ import annotations
 
 import numpy as np
-from dynashape.dtypes import OptionalType, SequenceType, is_container, np_dtype, value_type_string
+from dynashape.dtypes import OptionalType, SequenceType, is_container, join_dims, known_dims, np_dtype, \
+    value_type_string, with_element
 from dynashape.model import Graph
 from dynashape.ops_builtin.control_flow import _graph_attr, _outer_plan, _outer_values, _runner
 from dynashape.records import InferContext, OpLibrary, fixed_dtype
@@ -51,12 +57,24 @@ def _seq_elem(ctx: InferContext, i: int, what: str = "input_sequence"):
     return t.elem
 
 
-def _seq_rank(ctx: InferContext, i: int):
-    """The rank every element of sequence input ``i`` has (a proven hint), or None."""
+def _seq_type(ctx: InferContext, i: int):
+    """Sequence input ``i``'s type (an optional's element), or None when it is no sequence."""
     t = ctx.dtype(i)
     if isinstance(t, OptionalType):
         t = t.elem
-    return t.rank if isinstance(t, SequenceType) else None
+    return t if isinstance(t, SequenceType) else None
+
+
+def _seq_dims(ctx: InferContext, i: int):
+    """The dims every element of sequence input ``i`` has (ints, None where not proven; a
+    proven hint), or None when their rank is not known."""
+    t = _seq_type(ctx, i)
+    return None if t is None else t.dims
+
+
+def _element_shape(ctx: InferContext, dims: tuple) -> tuple:
+    """An element's shape at import: the hint's ints, a fresh symbol for each other dim."""
+    return tuple(ctx.new_dim() if d is None else d for d in dims)
 
 
 def _rank(ctx: InferContext, i: int):
@@ -113,7 +131,7 @@ def _check_same_type(ctx: InferContext, a, b, what: str) -> None:
 # SequenceEmpty ----------------------------------------------------------------------------
 
 def _empty_dtype(ctx: InferContext):
-    return [SequenceType(np_dtype(int(ctx.attr("dtype", 1))))]
+    return [SequenceType(np_dtype(int(ctx.attr("dtype", 1))), empty=True)]
 
 
 @lib.op("SequenceEmpty", SEQ_VERSIONS, infer_dtype=_empty_dtype, deterministic=False)
@@ -137,9 +155,10 @@ def _sequence_empty(inputs, outputs, ctx):
 # SequenceConstruct ------------------------------------------------------------------------
 
 def _construct_dtype(ctx: InferContext):
-    ranks = {_rank(ctx, i) for i in range(ctx.num_inputs)}
-    return [SequenceType(next((d for d in ctx.input_dtypes if d is not None), None),
-                         ranks.pop() if len(ranks) == 1 else None)]
+    dims = known_dims(ctx.shape(0)) if ctx.num_inputs else None
+    for i in range(1, ctx.num_inputs):
+        dims = join_dims(dims, ctx.shape(i))
+    return [SequenceType(next((d for d in ctx.input_dtypes if d is not None), None), dims=dims)]
 
 
 @lib.op("SequenceConstruct", SEQ_VERSIONS, infer_dtype=_construct_dtype, deterministic=False)
@@ -168,9 +187,12 @@ def _sequence_construct(inputs, outputs, ctx):
 # SequenceInsert ---------------------------------------------------------------------------
 
 def _insert_dtype(ctx: InferContext):
+    """The sequence's hints joined with the tensor's dims (unknown for a sequence of unknown type)."""
     elem = _seq_elem(ctx, 0)
-    rank = _seq_rank(ctx, 0)
-    return [SequenceType(elem if elem is not None else ctx.dtype(1), rank if rank == _rank(ctx, 1) else None)]
+    seq = _seq_type(ctx, 0)
+    seq = SequenceType(elem if elem is not None else ctx.dtype(1)) if seq is None else \
+        SequenceType(elem if elem is not None else ctx.dtype(1), dims=seq.dims, empty=seq.empty)
+    return [with_element(seq, ctx.shape(1))]
 
 
 @lib.op("SequenceInsert", SEQ_VERSIONS, infer_dtype=_insert_dtype)
@@ -221,8 +243,8 @@ def _sequence_at_shape(ctx: InferContext):
             ctx.fail(f"position {p} is out of range [{-len(seq)}, {len(seq) - 1}] for a sequence of "
                      f"{len(seq)} tensors", kind="IndexOutOfRange")
         return [None]
-    rank = _seq_rank(ctx, 0)
-    return [None if rank is None else tuple(ctx.new_dim() for _ in range(rank))]
+    dims = _seq_dims(ctx, 0)
+    return [None if dims is None else _element_shape(ctx, dims)]
 
 
 @lib.kernel("SequenceAt")
@@ -235,7 +257,7 @@ def _sequence_at(inputs, outputs, ctx):
 # SequenceErase ----------------------------------------------------------------------------
 
 def _erase_dtype(ctx: InferContext):
-    return [SequenceType(_seq_elem(ctx, 0), _seq_rank(ctx, 0))]
+    return [SequenceType(_seq_elem(ctx, 0), dims=_seq_dims(ctx, 0))]
 
 
 @lib.op("SequenceErase", SEQ_VERSIONS, infer_dtype=_erase_dtype)
@@ -287,7 +309,8 @@ def _sequence_length(inputs, outputs, ctx):
 
 def _split_dtype(ctx: InferContext):
     """seq(input's type); the parts' rank: the input's, one less where the axis is dropped
-    (unknown when that depends on a ``split`` value not known here)."""
+    (unknown when that depends on a ``split`` value not known here); their dims: the
+    input's, the axis' the length every part has (:func:`_part_length`)."""
     rank = _rank(ctx, 0)
     if rank is not None and not int(ctx.attr("keepdims", 1)):
         if not ctx.has_input(1):
@@ -302,7 +325,40 @@ def _split_dtype(ctx: InferContext):
                 rank -= 1
             elif rank and not isinstance(shape[axis], int):
                 rank = None     # a part of length 1 only when the axis is 1: not known here
-    return [SequenceType(ctx.dtype(0), rank)]
+    return [SequenceType(ctx.dtype(0), dims=_part_dims(ctx, rank))]
+
+
+def _part_dims(ctx: InferContext, rank):
+    """The dims of every part (ints, None where not proven), for parts of rank ``rank``
+    (None: unknown): the input's but along the axis, dropped when the parts have one axis
+    less."""
+    shape = ctx.shape(0)
+    if rank is None or shape is None or not shape:
+        return None if rank is None else (None,) * rank
+    axis = int(ctx.attr("axis", 0)) % len(shape)
+    dims = list(known_dims(shape))
+    if rank < len(shape):
+        del dims[axis]
+    else:
+        dims[axis] = _part_length(ctx, dims[axis])
+    return tuple(dims)
+
+
+def _part_length(ctx: InferContext, total):
+    """The length every part has along the axis (``total``: the axis' int length or None):
+    1 without ``split``; a scalar ``split`` ``v``: 1 where ``v`` or ``total`` is 1, ``v``
+    where it divides ``total``; a 1-D ``split``: its one value where all are alike; else None."""
+    if not ctx.has_input(1):
+        return 1
+    vals = value_list(ctx.value(1))
+    if not vals or any(isinstance(v, Expr) for v in vals) or len({int(v) for v in vals}) != 1:
+        return None
+    v = int(vals[0])
+    if ctx.shape(1) is None or len(ctx.shape(1)) != 0:
+        return v
+    if v == 1 or total == 1:
+        return 1
+    return v if total is not None and v > 0 and total % v == 0 else None
 
 
 @lib.op("SplitToSequence", SPLIT_TO_SEQUENCE_VERSIONS, infer_dtype=_split_dtype, deterministic=False)
@@ -419,12 +475,9 @@ def _concat_from_sequence_shape(ctx: InferContext):
     if ctx.attr("axis") is None:
         ctx.fail("attribute 'axis' is required", kind="MissingAttribute")
     seq = ctx.value(0)
-    if type(seq) is not list:       # import time: the elements are not known, maybe their rank
-        rank = _seq_rank(ctx, 0)
-        if rank is None:
-            return [None]
-        _concat_axis(ctx, rank)
-        return [tuple(ctx.new_dim() for _ in range(rank + int(ctx.attr("new_axis", 0))))]
+    if type(seq) is not list:       # import time: the elements are not known, maybe their dims
+        dims = _seq_dims(ctx, 0)
+        return [None if dims is None else _concat_shape(ctx, dims)]
     if not seq:
         ctx.fail("input_sequence is empty: there is nothing to concatenate", kind="EmptySequence")
     first = seq[0].shape
@@ -442,6 +495,23 @@ def _concat_from_sequence_shape(ctx: InferContext):
     if new_axis:
         return [first[:axis] + (len(seq),) + first[axis:]]
     return [first[:axis] + (sum(a.shape[axis] for a in seq),) + first[axis + 1:]]
+
+
+def _concat_shape(ctx: InferContext, dims: tuple) -> tuple:
+    """ConcatFromSequence's shape at import from the dims every element has (ints, None where
+    not proven): those ints, a fresh symbol for each other dim and for the concatenated (or
+    new) axis, whose length depends on how many elements there are.
+
+    Raises:
+        ShapeInferenceError(AxisOutOfRange): ``axis`` is out of range for the elements' rank.
+    """
+    axis = _concat_axis(ctx, len(dims))
+    shape = list(_element_shape(ctx, dims))
+    if int(ctx.attr("new_axis", 0)):
+        shape.insert(axis, ctx.new_dim())
+    else:
+        shape[axis] = ctx.new_dim()
+    return tuple(shape)
 
 
 def _concat_prepare(ctx: InferContext):

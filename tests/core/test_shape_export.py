@@ -114,11 +114,8 @@ def _zoo2_keys() -> list:
     return sorted(json.loads((SHARED / "zoo" / "zoo2" / "zoo2.json").read_text()))
 
 
-#: zoo2 models where a tensor's rank is not inferred, and why
-RANK_NOT_INFERRED = {
-    "seq_chunk_pool": "ConcatFromSequence of a sequence a Loop carries: the element rank the body gives is not "
-                      "inferred at import (the body is compiled when the Loop first runs)",
-}
+#: zoo2 models where a tensor's rank is not inferred, and why (none at present)
+RANK_NOT_INFERRED: dict = {}
 
 
 def _zoo2_params() -> list:
@@ -139,6 +136,128 @@ def test_zoo2_models_get_every_tensor_shape_and_load_in_onnxruntime(key, tmp_pat
     if any((path.parent / f).exists() for f in (path.name + ".data", path.stem + ".onnx.data")):
         return   # (external data next to the model: the written model refers to it by a relative path)
     ort_session(str(out))
+
+
+def _seq_type(shape=None):
+    return helper.make_sequence_type_proto(helper.make_tensor_type_proto(T.FLOAT, shape))
+
+
+def _insert_rows(seq: str, start: str, end: str, out: str) -> list:
+    """``out`` = ``seq`` with ``x[start:end]`` (rows of the outer ``x``, ``[end - start, 4]``) inserted."""
+    return [helper.make_node("Slice", ["x", start, end, "axis0"], [out + "_rows"]),
+            helper.make_node("SequenceInsert", [seq, out + "_rows"], [out])]
+
+
+def _loop_model(body_nodes: list, body_constants: list, concat: dict, init: tuple = ()) -> onnx.ModelProto:
+    """``y = ConcatFromSequence(Loop(trip, "", SequenceEmpty()), **concat)``; the body
+    (``i``, ``cond``, ``seq_in`` -> ``cond_out``, ``seq_out``) reads the input ``x`` ``[N, 4]``.
+    ``init``: (nodes making ``empty``, their initializers) in place of the SequenceEmpty."""
+    axis0 = numpy_helper.from_array(np.array([0], np.int64), "axis0")
+    body = helper.make_graph(
+        body_nodes + [helper.make_node("Identity", ["cond"], ["cond_out"])], "body",
+        [helper.make_tensor_value_info("i", T.INT64, []), helper.make_tensor_value_info("cond", T.BOOL, []),
+         helper.make_value_info("seq_in", _seq_type())],
+        [helper.make_tensor_value_info("cond_out", T.BOOL, []), helper.make_value_info("seq_out", _seq_type())],
+        [axis0] + body_constants)
+    init_nodes, init_constants = init or ([helper.make_node("SequenceEmpty", [], ["empty"], dtype=T.FLOAT)], [])
+    nodes = init_nodes + [helper.make_node("Loop", ["trip", "", "empty"], ["seq"], body=body),
+             helper.make_node("ConcatFromSequence", ["seq"], ["y"], **concat)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, ["N", 4]),
+                                           helper.make_tensor_value_info("trip", T.INT64, [])],
+                              [helper.make_tensor_value_info("y", T.FLOAT, None)], init_constants)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _growing_rows_model() -> onnx.ModelProto:
+    """Iteration ``i`` inserts ``x[0:i+1]`` (``[i+1, 4]``: a length that changes every
+    iteration), then ConcatFromSequence(axis=0): ``y`` ``[trip*(trip+1)/2, 4]``."""
+    one = numpy_helper.from_array(np.array([1], np.int64), "one")
+    nodes = [helper.make_node("Unsqueeze", ["i", "axis0"], ["i_1d"]),
+             helper.make_node("Add", ["i_1d", "one"], ["end"])] + _insert_rows("seq_in", "axis0", "end", "seq_out")
+    return _loop_model(nodes, [one], {"axis": 0})
+
+
+def _if_pairs_model() -> onnx.ModelProto:
+    """The body's If inserts rows 0 and 1 of ``x`` on even iterations, rows 1 and 2 on odd
+    ones (a Gather: ``[2, 4]`` either way), then ConcatFromSequence stacks them
+    (new_axis=1): ``y`` ``[trip, 2, 4]``."""
+    consts = [numpy_helper.from_array(np.array(v, np.int64), n)
+              for n, v in (("two", 2), ("zero", 0), ("rows01", [0, 1]), ("rows12", [1, 2]))]
+
+    def branch(name: str, rows: str):
+        nodes = [helper.make_node("Gather", ["x", rows], [name + "_rows"], axis=0),
+                 helper.make_node("SequenceInsert", ["seq_in", name + "_rows"], [name])]
+        return helper.make_graph(nodes, name, [], [helper.make_value_info(name, _seq_type())])
+    nodes = [helper.make_node("Mod", ["i", "two"], ["parity"]),
+             helper.make_node("Equal", ["parity", "zero"], ["even"]),
+             helper.make_node("If", ["even"], ["seq_out"], then_branch=branch("then_seq", "rows01"),
+                              else_branch=branch("else_seq", "rows12"))]
+    return _loop_model(nodes, consts, {"axis": 0, "new_axis": 1})
+
+
+def _first_row_then_pairs_model() -> onnx.ModelProto:
+    """The carried sequence starts as ``[x[0]]`` (``[1, 4]``); each iteration inserts rows 0
+    and 1 (``[2, 4]``); ConcatFromSequence(axis=0): ``y`` ``[1 + 2*trip, 4]``."""
+    rows01 = numpy_helper.from_array(np.array([0, 1], np.int64), "rows01")
+    row0 = numpy_helper.from_array(np.array([0], np.int64), "row0")
+    body = [helper.make_node("Gather", ["x", "rows01"], ["pair"], axis=0),
+            helper.make_node("SequenceInsert", ["seq_in", "pair"], ["seq_out"])]
+    init = [helper.make_node("Gather", ["x", "row0"], ["first"], axis=0),
+            helper.make_node("SequenceConstruct", ["first"], ["empty"])]
+    return _loop_model(body, [rows01], {"axis": 0}, (init, [row0]))
+
+
+def _inferred(model: onnx.ModelProto, name: str) -> tuple:
+    """(the session's symbolic shape of ``name``, its dtype there) and the shape infer_shapes writes."""
+    sess = dynashape.InferenceSession(model.SerializeToString())
+    slot = sess.graph.slot[name]
+    written, report = infer_shapes(model)
+    assert report.unknown == [] and report.containers == ["empty", "seq"]
+    return sess.symbolic.shapes[slot], sess.symbolic.dtypes[sess.graph.slot["seq"]], _shapes(written)[name]
+
+
+def _assert_runs_as_onnxruntime(model: onnx.ModelProto, trips: tuple, want_rows) -> None:
+    sess = dynashape.InferenceSession(model.SerializeToString())
+    ort = ort_session(model.SerializeToString())
+    x = np.arange(20, dtype=np.float32).reshape(5, 4)
+    for trip in trips:
+        feeds = {"x": x, "trip": np.array(trip, np.int64)}
+        got, = sess.run(None, feeds)
+        want, = ort.run(None, feeds)
+        assert got.shape == want_rows(trip)
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_sequence_a_loop_carries_has_its_elements_dims_at_import():
+    """The Loop walks its body from the empty sequence: every element is ``[?, 4]`` (the
+    length changes per iteration), so ConcatFromSequence's output is ``[unk, 4]``."""
+    model = _growing_rows_model()
+    shape, seq_type, written = _inferred(model, "y")
+    assert len(shape) == 2 and shape[1] == 4 and not isinstance(shape[0], int)
+    assert seq_type.dims == (None, 4) and not seq_type.empty
+    assert written[1] == 4 and written[0].startswith("unk__")
+    _assert_runs_as_onnxruntime(model, (1, 3, 5), lambda t: (t * (t + 1) // 2, 4))
+
+
+def test_a_sequence_an_if_in_the_loop_body_makes_joins_both_branches():
+    """Both branches insert ``[2, 4]``: the elements' dims stay ints through the If and the
+    Loop, so the stacked output is ``[unk, 2, 4]``."""
+    model = _if_pairs_model()
+    shape, seq_type, written = _inferred(model, "y")
+    assert len(shape) == 3 and shape[1:] == (2, 4) and not isinstance(shape[0], int)
+    assert seq_type.dims == (2, 4)
+    assert written[1:] == [2, 4] and written[0].startswith("unk__")
+    _assert_runs_as_onnxruntime(model, (1, 2, 4), lambda t: (t, 2, 4))
+
+
+def test_a_loop_joins_the_initial_elements_with_those_its_body_inserts():
+    """``[1, 4]`` to begin with, ``[2, 4]`` from the body: every element is ``[?, 4]`` (the
+    initial sequence's ``[1, 4]`` does not pass through the Loop as it is)."""
+    model = _first_row_then_pairs_model()
+    shape, seq_type, written = _inferred(model, "y")
+    assert len(shape) == 2 and shape[1] == 4 and not isinstance(shape[0], int)
+    assert seq_type.dims == (None, 4)
+    _assert_runs_as_onnxruntime(model, (0, 1, 3), lambda t: (1 + 2 * t, 4))
 
 
 def test_the_command_writes_the_model_and_says_what_it_found(tmp_path):
