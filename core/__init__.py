@@ -17,8 +17,7 @@ from .errors import __all__ as _errors_all
 from .hookspecs import hookimpl
 from .records import InferContext, KernelDef, OpDef, OpLibrary, dtype_from_attr, fixed_dtype, same_dtype
 from .registry import get_registry, register_plugin, unregister_plugin
-
-__version__ = "0.1.0"
+from .version import __version__
 
 
 _SESSION_NAMES = ("InferenceSession", "NodeArg")

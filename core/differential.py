@@ -7,7 +7,7 @@ and runs it
 * as a **session** (:class:`~dynashape.InferenceSession`, memory validation on): the op's
   symbolic rule is evaluated once for the symbols and then bound to the feeds' sizes, the
   program checked against per-node inference;
-* **per node** (:func:`dynashape.testing.infer_node` and :func:`~dynashape.testing.run_node`):
+* **per node** (:func:`dynashape.single_node.infer_node` and :func:`~dynashape.single_node.run_node`):
   the rule on the concrete sizes, then the kernel;
 * in a **reference** runtime, ONNX Runtime by default, where it implements the op at that
   opset (otherwise nothing is compared with it).
@@ -147,7 +147,7 @@ def _session_outcome(model: bytes, feeds: dict) -> Outcome:
 
 def _per_node_outcome(op_type, inputs, attrs, opset, domain, n_outputs) -> tuple[Outcome, Optional[list]]:
     """(the kernel's outputs, the shapes the concrete rule declared)."""
-    from .testing import infer_node, run_node
+    from .single_node import infer_node, run_node
 
     engine = "dynashape per node (concrete dims)"
     try:

@@ -14,7 +14,7 @@ import threading
 import time
 import warnings
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -72,14 +72,18 @@ class Engine:
         validate: validation mode (plans checked against per-node inference, memory checks).
         strict_dim_params: a symbol bound to two values is an error instead of a hint.
         plan_cache_size: signatures whose plans are kept (LRU).
+        body_runner: makes the runner of a subgraph (an If/Loop/Scan body) with the program's
+            settings: :class:`dynashape.subgraph.SubgraphRunner` (given by the session, the
+            layer above, so that the engine imports nothing of it).
     """
 
     def __init__(self, pg: PreparedGraph, registry: Registry, input_dims: dict, input_dtypes: dict,
                  input_names: Sequence[str], allocator: str = "pool", *, validate: bool = False,
                  strict_dim_params: bool = False, plan_cache_size: int = 8, name: str = "model",
                  input_values: Optional[dict] = None, optimize: bool = False, memory_limit: Optional[int] = None,
-                 shared: Optional[Any] = None):
+                 shared: Optional[Any] = None, body_runner: Optional[Callable] = None):
         self.pg = pg
+        self.body_runner = body_runner
         self.memory_limit = memory_limit
         self.optimize = optimize   # subgraphs (If/Loop/Scan bodies) run the graph rewrites too
         self.registry = registry
@@ -289,7 +293,7 @@ class Engine:
     def _compile(self, input_dims: dict, input_dtypes: Optional[dict] = None) -> Program:
         return Program(self.pg, self.registry, input_dims, input_dtypes or self.input_dtypes, self.allocator,
                        self.input_values, self.name, validate=self.validate, optimize=self.optimize,
-                       memory_limit=self.memory_limit)
+                       memory_limit=self.memory_limit, body_runner=self.body_runner)
 
     # --- dim_params as hints -------------------------------------------------------------
     def _bind(self, feeds: Sequence) -> tuple[Program, tuple]:

@@ -72,7 +72,7 @@ def default_logger_severity() -> int:
 
 def get_version_string() -> str:
     """dynashape's version (``dynashape.__version__``)."""
-    from . import __version__
+    from .version import __version__
     return __version__
 
 

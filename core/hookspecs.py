@@ -32,12 +32,13 @@ plugins are registered never decides anything.
 """
 from __future__ import annotations
 
-from typing import Iterable, Union
+from typing import TYPE_CHECKING, Iterable, Union
 
 import pluggy
 
-from .records import KernelDef, LazyLibrary, OpDef
-from .rewrite import GraphPass, RewriteDef
+if TYPE_CHECKING:   # (the records import hookimpl: the hooks name their types only)
+    from .records import KernelDef, LazyLibrary, OpDef
+    from .rewrite import GraphPass, RewriteDef
 
 PROJECT = "dynashape"
 hookspec = pluggy.HookspecMarker(PROJECT)

@@ -122,15 +122,18 @@ class NodeServices:
         return self._graph.weight_arena.allocate(nbytes)
 
     def subgraph(self, graph) -> Any:
-        """The compiled runner of ``graph`` (made on first request, then shared)."""
+        """The compiled runner of ``graph`` (made on first request, then shared).
+
+        Raises:
+            DynashapeError: these services compile no subgraphs (an import-time walk of a
+                body, which compiles nothing).
+        """
         runner = self._subgraphs.get(id(graph))
         if runner is None:
             if self._compile_subgraph is None:
-                from .subgraph import SubgraphRunner  # standalone use: no enclosing scope
-                runner = SubgraphRunner(graph, self.opsets, self.registry)
-            else:
-                runner = self._compile_subgraph(graph)
-            runner = self._subgraphs.setdefault(id(graph), runner)
+                raise DynashapeError(f"subgraph '{getattr(graph, 'name', '')}' cannot be compiled here: these node "
+                                     "services were made without a subgraph compiler")
+            runner = self._subgraphs.setdefault(id(graph), self._compile_subgraph(graph))
         return runner
 
 

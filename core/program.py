@@ -29,6 +29,7 @@ import numpy as np
 
 from .codegen import CodeWriter, ExprCoder
 from .dtypes import ValueType
+from .errors import DynashapeError
 from .graph import PreparedGraph, PreparedNode
 from .limits import resolve_memory_limit
 from .node import CONCRETE, STATIC, SYMBOLIC, NodeServices, PrepareTrace, trace_prepare, trace_scratch
@@ -140,8 +141,11 @@ class Program:
 
     def __init__(self, pg: PreparedGraph, registry: Registry, input_dims: dict, input_dtypes: dict,
                  allocator: str = "pool", input_values: Optional[dict] = None, name: str = "graph",
-                 validate: bool = False, optimize: bool = False, memory_limit: Optional[int] = None):
+                 validate: bool = False, optimize: bool = False, memory_limit: Optional[int] = None,
+                 body_runner: Optional[Callable] = None):
         self.pg = pg
+        #: makes a subgraph's runner (``SubgraphRunner``'s signature; :meth:`_compile_body`)
+        self.body_runner = body_runner
         self.optimize = optimize
         #: the bytes one tensor or one plan may take (``dynashape.limits``)
         self.memory_limit = memory_limit if memory_limit is not None else resolve_memory_limit(None)
@@ -753,8 +757,9 @@ class Program:
     def _compile_body(self, graph) -> Any:
         """The runner of a subgraph of this graph: outer constants become its constants,
         other outer values its inputs with the dims they have here."""
-        from .subgraph import SubgraphRunner
-
+        if self.body_runner is None:
+            raise DynashapeError(f"subgraph '{graph.name}' of '{self.name}' cannot be compiled: the program was made "
+                                 "without a body_runner")
         constants, dims, dtypes = {}, {}, {}
         for name in sorted(graph.outer_names()):
             slot = self.pg.slot.get(name)
@@ -765,9 +770,9 @@ class Program:
                 continue
             dims[name] = _outer_dims(name, self.sg.shapes[slot])
             dtypes[name] = self.sg.dtypes[slot]
-        return SubgraphRunner(graph, self.pg.opsets, self.registry, allocator=self.allocator,
-                              outer_dims=dims, outer_dtypes=dtypes, outer_constants=constants,
-                              validate=self.validate, optimize=self.optimize, memory_limit=self.memory_limit)
+        return self.body_runner(graph, self.pg.opsets, self.registry, allocator=self.allocator,
+                                outer_dims=dims, outer_dtypes=dtypes, outer_constants=constants,
+                                validate=self.validate, optimize=self.optimize, memory_limit=self.memory_limit)
 
     # --- reports -------------------------------------------------------------------------
     def describe(self) -> dict:

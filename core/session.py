@@ -40,6 +40,7 @@ from .profiling import Profiler
 from .program import Program
 from .registry import get_registry
 from .rewrite import RewriteReport
+from .subgraph import SubgraphRunner
 from .symbolic_inference import SymbolicGraph
 from .threads import BlasThreads, waiting_for_compiled_kernels
 
@@ -404,7 +405,8 @@ class InferenceSession:
         self.engine = Engine(self.graph, self.registry, dims, dtypes, [vi.name for vi in self._inputs],
                              self.allocator, validate=self.validate_memory, strict_dim_params=self.strict_dim_params,
                              plan_cache_size=plan_cache_size, name=self.model.graph.name or "model",
-                             optimize=self.optimize, memory_limit=self.memory_limit, shared=self._compiled)
+                             optimize=self.optimize, memory_limit=self.memory_limit, shared=self._compiled,
+                             body_runner=SubgraphRunner)
         self.engine.profiler = self._profiler
         self.engine.quiet = settings.quiet
         # the constants a kernel's prepacked form replaced (program.py, _release_prepacked)

@@ -111,7 +111,7 @@ class SubgraphRunner:
             self._prepared = pg
             self._engine = Engine(pg, registry, dims, dtypes, self.input_names, allocator, validate=validate,
                                   plan_cache_size=plan_cache_size, name=f"body-{graph.name or 'subgraph'}",
-                                  optimize=optimize, memory_limit=memory_limit)
+                                  optimize=optimize, memory_limit=memory_limit, body_runner=SubgraphRunner)
             return self._engine
 
     def _optimized(self, pg, dims: dict, dtypes: dict, opsets, constants: dict, memory_limit) -> tuple:

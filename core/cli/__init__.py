@@ -9,22 +9,14 @@
     dynashape batch model.onnx --input corpus.parquet --output out.parquet --ray local --concurrency 2
     dynashape infer-shapes model.onnx -o model.shapes.onnx
 
-One module per subcommand family; each registers its commands on :data:`main`.
+One module per subcommand family; each registers its commands on :data:`main` (``group``).
 """
 from __future__ import annotations
 
-import click
+from . import batch, bench, demo, describe, ops, plugins, profile, run, shapes  # noqa: F401  (registers the subcommands)
+from .group import main
 
 __all__ = ["main"]
-
-
-@click.group()
-@click.version_option(package_name="dynashape")
-def main() -> None:
-    """dynashape: an ONNX runtime for dynamic shapes."""
-
-
-from . import batch, bench, demo, describe, ops, plugins, profile, run, shapes  # noqa: E402,F401  (registers the subcommands)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -15,7 +15,7 @@ from typing import Optional
 
 import click
 
-from . import main
+from .group import main
 from .common import cli_errors, parse_pairs
 
 BUCKETS_HELP = ("length buckets: pow2 (powers of two), a list 16,32,64,128 (a longer row is an error), exact "

@@ -13,7 +13,7 @@ from typing import Callable, Optional
 import click
 import numpy as np
 
-from . import main
+from .group import main
 from .common import (cli_errors, describe_feeds, feed_options, feeds_from_options, one_line, ordered_feeds,
                      ort_session, settled, warmup_options)
 

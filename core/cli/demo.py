@@ -6,7 +6,7 @@ import sys
 import click
 import numpy as np
 
-from . import main
+from .group import main
 from .common import ort_session
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from . import main
+from .group import main
 from .common import cli_errors, feed_options, feeds_from_options
 
 

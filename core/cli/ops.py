@@ -10,7 +10,7 @@ import json
 
 import click
 
-from . import main
+from .group import main
 
 
 def _check_choice(value, known: list[str], option: str) -> None:

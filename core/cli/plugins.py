@@ -11,7 +11,7 @@ import json
 
 import click
 
-from . import main
+from .group import main
 
 #: a plugin with more kernels than this is summarised (counts and the overridden ones) unless --verbose
 _LIST_UP_TO = 40

@@ -16,7 +16,7 @@ from typing import Optional
 
 import click
 
-from . import main
+from .group import main
 from .common import cli_errors, describe_feeds, one_line, ordered_feeds
 from .common import feed_options, feeds_from_options, settled, warmup_options
 

@@ -6,7 +6,7 @@ import time
 import click
 import numpy as np
 
-from . import main
+from .group import main
 from .common import cli_errors, feed_options, feeds_from_options, one_line, ort_session, settled, warmup_options
 
 

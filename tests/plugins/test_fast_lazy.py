@@ -351,11 +351,16 @@ def test_a_bound_of_numbas_numpy_requirement_is_read(requirement, version, broke
 
 @pytest.mark.skipif(importlib.util.find_spec("numba") is None, reason="numba is not installed")
 def test_a_numba_too_old_or_refusing_this_numpy_turns_the_plugin_off(monkeypatch):
+    """numba's version and numpy bound as its .dist-info folder says (dynashape.distributions),
+    and as its metadata says where no such folder is found."""
     from importlib import metadata
 
+    from dynashape import distributions
+
     def installed(version: str, numpy: str):
-        dist = types.SimpleNamespace(version=version, requires=["llvmlite<0.51,>=0.50", numpy])
-        monkeypatch.setattr(metadata, "distribution", lambda name: dist)
+        requires = ["llvmlite<0.51,>=0.50", numpy]
+        monkeypatch.setattr(distributions, "version", lambda name: version)
+        monkeypatch.setattr(distributions, "requires", lambda name: requires)
     monkeypatch.delitem(sys.modules, "numba", raising=False)   # (so that its metadata is read)
     installed("0.68.1", "numpy<2.6,>=1.22")
     assert ops_fast._availability() == (True, "")
@@ -364,3 +369,7 @@ def test_a_numba_too_old_or_refusing_this_numpy_turns_the_plugin_off(monkeypatch
     installed("0.68.1", "numpy<1.27,>=1.22")
     assert ops_fast._availability() == (
         False, f"numba 0.68.1 does not support numpy {np.__version__} (it needs numpy<1.27)")
+    monkeypatch.setattr(distributions, "version", lambda name: None)      # no .dist-info folder: the metadata
+    dist = types.SimpleNamespace(version="0.59.1", requires=["numpy<2.6,>=1.22"])
+    monkeypatch.setattr(metadata, "distribution", lambda name: dist)
+    assert ops_fast._availability() == (False, "numba 0.59.1 is older than 0.60: pip install 'dynashape[fast]'")

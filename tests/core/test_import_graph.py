@@ -1,0 +1,112 @@
+"""The modules of core/ (``dynashape``) import each other without a circle: read from the
+source, every import counted, the ones inside functions too (a late import closes a circle as
+surely as one at the top). A circle found is printed module by module."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+CORE = Path(__file__).resolve().parents[2] / "core"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(CORE).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)      # "" is the package itself (dynashape/__init__.py)
+
+
+def _modules() -> dict:
+    return {_module_name(p): p for p in CORE.rglob("*.py") if "__pycache__" not in p.parts}
+
+
+def _imported(module: str, path: Path, modules: dict) -> set:
+    """The core modules ``module`` imports (``from . import x``, ``from .x import y``,
+    ``from dynashape.x import y``, ``import dynashape.x``), wherever the statement is.
+    ``from . import name`` of a name that is no core module is the package's attribute,
+    unless the name is a package of its own folder (``ops_builtin``, ``ops_fast``)."""
+    package = module.split(".") if module else []
+    if path.name != "__init__.py":
+        package = package[:-1]
+    found = set()
+    for node in _statements(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[:len(package) - (node.level - 1)] + (node.module.split(".") if node.module else [])
+            elif node.module and (node.module == "dynashape" or node.module.startswith("dynashape.")):
+                base = node.module.split(".")[1:]
+            else:
+                continue
+            if base and base[0] in ("ops_builtin", "ops_fast"):
+                continue
+            for alias in node.names:
+                sub = ".".join(base + [alias.name])
+                if sub in modules:
+                    found.add(sub)
+                elif alias.name not in ("ops_builtin", "ops_fast"):
+                    found.add(".".join(base))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("dynashape.") and alias.name[len("dynashape."):] in modules:
+                    found.add(alias.name[len("dynashape."):])
+    found.discard(module)
+    return {m for m in found if m in modules}
+
+
+def _statements(tree: ast.AST):
+    """Every node of the tree but those under ``if TYPE_CHECKING:`` (imports for annotations
+    only, never run)."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            yield from (n for child in node.orelse for n in [child, *_statements(child)])
+            continue
+        yield node
+        yield from _statements(node)
+
+
+def _circles(edges: dict) -> list:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on_stack, circles = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return circles
+
+
+def test_no_module_of_core_imports_one_that_imports_it_back():
+    modules = _modules()
+    edges = {m: _imported(m, p, modules) for m, p in modules.items()}
+    circles = _circles(edges)
+    described = ["; ".join(f"{m or 'dynashape'} -> {sorted(edges[m] & set(c))}" for m in c) for c in circles]
+    assert circles == [], "import circles in core/:\n" + "\n".join(described)
+
+
+def test_the_reader_finds_late_imports_and_package_attributes(tmp_path):
+    """(the checker's own check: a late import is an edge, an attribute of the package an
+    edge to the package, another folder's package none)"""
+    modules = {"": CORE / "__init__.py", "a": tmp_path / "a.py", "b": tmp_path / "b.py", "cli": CORE / "cli"}
+    (tmp_path / "a.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .cli import x\n"
+                                   "def f():\n    from .b import g\n    from . import __version__, ops_builtin\n")
+    assert _imported("a", tmp_path / "a.py", modules) == {"b", ""}
+    assert _circles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b"]]
