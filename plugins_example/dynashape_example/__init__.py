@@ -2,8 +2,8 @@
 
 Source: ONNX Runtime contrib op docs (docs/ContribOperators.md): ``Gelu``, ``FastGelu`` and
 ``BiasGelu`` in :mod:`.gelu`; ``EmbedLayerNormalization`` and ``SkipLayerNormalization`` in
-:mod:`.layernorm`; ``Attention`` in :mod:`.attention`; ``Tokenizer`` in :mod:`.tokenizer`; the others
-in :mod:`.activations`, :mod:`.mha` and :mod:`.quantization`.
+:mod:`.layernorm`; ``Attention`` and ``RelativePositionBias`` in :mod:`.attention`; ``Tokenizer``
+in :mod:`.tokenizer`; the others in :mod:`.activations`, :mod:`.mha` and :mod:`.quantization`.
 
 Each module is a lazy library: the entry point imports only this package and its index
 (:mod:`.index`, the ops of each module), and a module is imported when a model first uses one

@@ -1,4 +1,5 @@
-"""com.microsoft ``Attention``: BERT/GPT-2 multi-head self-attention with a merged Q/K/V projection.
+"""com.microsoft ``Attention``: BERT/GPT-2/T5 multi-head self-attention with a merged Q/K/V projection,
+and ``RelativePositionBias``, the T5 attention bias onnxruntime's transformer optimizer feeds it.
 
 Source: ONNX Runtime contrib op docs (docs/ContribOperators.md in microsoft/onnxruntime),
 section ``com.microsoft.Attention``; what the docs leave open follows ONNX Runtime's CPU
@@ -13,6 +14,15 @@ attention_helper.h) and was checked against onnxruntime 1.32:
   attend), 2-D (batch or 1, 1) (a dummy: no mask), 3-D (batch, seq, total_seq) and 4-D
   (batch, 1, max_seq, max_seq) (Megatron: rows past_seq .. past_seq+seq and columns
   0 .. total_seq are used; ONNX Runtime's CUDA kernel reads it, its CPU kernel rejects it).
+
+RelativePositionBias (section ``com.microsoft.RelativePositionBias``; ONNX Runtime has only a
+CUDA kernel, onnxruntime/contrib_ops/cuda/bert/relative_attn_bias.cc and
+relative_attn_bias_impl.cu, whose semantics are followed): T5's bucketed relative position bias
+``output[0, h, i, j] = table[bucket(j - i), h]``, the bucket of Hugging Face's
+``T5Attention._relative_position_bucket``. The optimizer's FusionRelativePositionBiasBlock
+(onnxruntime/transformers/onnx_model_t5.py) stores the (num_buckets, num_heads) table
+column-major: its memory is the (num_heads, num_buckets) transpose of the embedding weight, and
+head ``h``'s bucket ``b`` is flat element ``h * num_buckets + b``, as the CUDA kernel reads it.
 """
 from __future__ import annotations
 
@@ -20,11 +30,13 @@ import numpy as np
 
 from dynashape import UnsupportedOperatorError
 from dynashape.records import OpLibrary, same_dtype
-from dynashape.shapes import check_dims_equal, require
+from dynashape.shapes import check_dims_equal, numel, require, value_list
 
 DOMAIN = "com.microsoft"
 DEFAULT_MASK_FILTER_VALUE = -10000.0
 _F32 = np.dtype(np.float32)
+_F16 = np.dtype(np.float16)
+_I64 = np.dtype(np.int64)
 _LOWEST = np.finfo(np.float32).min
 
 lib = OpLibrary()
@@ -277,3 +289,148 @@ def _attention(inputs, outputs, prepared):
     scores /= scores.sum(axis=-1, keepdims=True)
     np.matmul(scores, v, out=y)                             # written as (B, S, N, Hv)
     return None
+
+
+# ----------------------------------------------------------------------------------------
+# RelativePositionBias
+# ----------------------------------------------------------------------------------------
+
+def _rpb_attrs(ctx) -> tuple:
+    """(max_distance, is_bidirectional): max_distance is required and > 0; is_bidirectional
+    is true only for 1 (ONNX Runtime's ``GetAttrOrDefault("is_bidirectional", 0) == 1``)."""
+    max_distance = ctx.attr("max_distance")
+    if max_distance is None:
+        ctx.fail("attribute 'max_distance' is required", kind="MissingAttribute")
+    max_distance = int(max_distance)
+    if max_distance <= 0:
+        ctx.fail(f"max_distance {max_distance} must be > 0", kind="InvalidAttribute")
+    return max_distance, int(ctx.attr("is_bidirectional", 0)) == 1
+
+
+def _rpb_length(ctx, i: int, what: str):
+    """The value of the one-element int64 length input ``i`` (an int or a symbolic dim), or
+    None when it is not known on the host."""
+    if not ctx.has_input(i):
+        ctx.fail(f"input {i} ({what}) is required", kind="MissingInput")
+    dt = ctx.dtype(i)
+    if dt is not None and np.dtype(dt) != _I64:
+        ctx.fail(f"{what} has dtype {dt}, expected int64", kind="InvalidDtype")
+    s = ctx.shape(i)
+    if s is not None:
+        require(ctx, numel(s), "==", 1, f"{what} must have one element, got shape {tuple(s)}", "InvalidShape")
+    vals = value_list(ctx.value(i))
+    if not vals:
+        return None
+    v = vals[0]
+    return int(v) if isinstance(v, (int, np.integer)) else v
+
+
+@lib.op("RelativePositionBias", since_version=1, domain=DOMAIN, infer_dtype=same_dtype(0), value_inputs=(1, 2))
+def _rpb_shape(ctx):
+    """RelativePositionBias: T5's binned relative position bias, ``output[0, h, i, j] =
+    bias_table[bucket(j - i), h]`` read column-major (see the module docstring).
+
+    Inputs: bias_table (num_buckets, num_heads), float32 or float16, whose memory is the
+    (num_heads, num_buckets) transpose of the table; query_length and key_length, one int64
+    each, equal (self attention only, as ONNX Runtime). Output: (1, num_heads, query_length,
+    key_length), bias_table's dtype: a symbolic shape where the lengths come from shapes (the
+    optimizer's graph: Shape -> Gather), data-dependent dims where they are unknown.
+    Attributes: max_distance (required, > 0), is_bidirectional (default 0; 1: the encoder's
+    buckets, half of them for keys after the query; else the decoder's, keys after the query
+    sharing bucket 0). bucket(d), as the CUDA kernel (and transformers) compute it, with ``n``
+    the number of buckets (halved when bidirectional, ``n`` added for d > 0), ``m = n // 2``,
+    ``p = |d|`` (bidirectional) or ``max(-d, 0)``: ``p`` where ``p < m``, else
+    ``min(m + int(log(p / m) / log(max_distance / m) * (n - m)), n - 1)`` in float32.
+    Raises ShapeInferenceError for a missing max_distance, wrong ranks or dtypes, lengths that
+    are not one element or differ, fewer than 4 (bidirectional) or 2 buckets, and a
+    max_distance not above ``m`` (where the formula divides by log(1) = 0; onnxruntime's kernel
+    has no check there).
+    Source: ONNX Runtime docs/ContribOperators.md, section com.microsoft.RelativePositionBias.
+    """
+    max_distance, bidirectional = _rpb_attrs(ctx)
+    dt = ctx.dtype(0)
+    if dt is not None and np.dtype(dt) not in (_F32, _F16):
+        ctx.fail(f"bias_table has dtype {dt}, expected float32 or float16", kind="InvalidDtype")
+    table = _rank(ctx, 0, (2,), "bias_table")
+    q = _rpb_length(ctx, 1, "query_length")
+    k = _rpb_length(ctx, 2, "key_length")
+    if q is None and k is None:
+        q = k = ctx.new_dim()
+    elif q is None:
+        q = k
+    elif k is None:
+        k = q
+    require(ctx, q, "==", k, f"query_length {q} != key_length {k}: relative position bias supports self "
+            "attention only (query length equal to key length)", "LengthMismatch")
+    require(ctx, q, ">=", 0, f"query_length {q} must be >= 0", "InvalidInput")
+    if table is None:
+        return [(1, ctx.new_dim(), q, k)]
+    buckets, heads = table
+    n = buckets // 2 if bidirectional else buckets
+    require(ctx, n // 2, ">", 0, f"bias_table has {buckets} buckets, fewer than "
+            f"{4 if bidirectional else 2} (is_bidirectional={int(bidirectional)})", "InvalidInput")
+    require(ctx, max_distance, ">", n // 2, f"max_distance {max_distance} must exceed the {n // 2} exact buckets "
+            f"of a {buckets}-bucket table", "InvalidInput")
+    return [(1, heads, q, k)]
+
+
+def _rpb_prepare(ctx):
+    return _rpb_attrs(ctx)
+
+
+def _relative_buckets(length: int, num_buckets: int, bidirectional: bool, max_distance: int) -> np.ndarray:
+    """bucket(d) for the offsets d = j - i = -(length - 1) .. length - 1, in that order, as
+    ONNX Runtime's CUDA kernel computes it: float32 ``logf(p / m) / logf(max_distance / m) *
+    (n - m)`` truncated (the logarithms here rounded once from float64: a correctly rounded
+    logf, which the exact cases of T5's defaults, p = 16, 32, 64 of m = 8, need)."""
+    offsets = np.arange(1 - length, length, dtype=np.int64)
+    n = num_buckets
+    if bidirectional:
+        n //= 2
+        base = np.where(offsets > 0, n, 0)
+        dist = np.abs(offsets)
+    else:
+        base = 0
+        dist = -np.minimum(offsets, 0)
+    exact = n // 2
+    ratio = np.maximum(dist, exact).astype(np.float32) / np.float32(exact)
+    numerator = np.log(ratio.astype(np.float64)).astype(np.float32)
+    denominator = np.float32(np.log(np.float64(np.float32(max_distance) / np.float32(exact))))
+    large = (numerator / denominator * np.float32(n - exact)).astype(np.int64)
+    large += exact
+    np.minimum(large, n - 1, out=large)
+    return base + np.where(dist < exact, dist, large)
+
+
+def _one_length(a: np.ndarray, what: str) -> int:
+    if a.size != 1:
+        raise ValueError(f"{what} must have one element, got shape {list(a.shape)}")
+    return int(a.reshape(-1)[0])
+
+
+@lib.kernel("RelativePositionBias", domain=DOMAIN, dtypes=[np.float32, np.float16], prepare=_rpb_prepare)
+def _relative_position_bias(inputs, outputs, prepared):
+    """The bias of each offset j - i gathered once per head ((num_heads, 2 * length - 1)), then
+    its Toeplitz rows (a sliding-window view, row i starting at offset -i) copied out."""
+    max_distance, bidirectional = prepared
+    table = inputs[0]
+    q = _one_length(inputs[1], "query_length")
+    k = _one_length(inputs[2], "key_length")
+    if q != k:
+        raise ValueError(f"query_length {q} != key_length {k}: relative position bias supports self attention "
+                         "only (query length equal to key length)")
+    if q < 0:
+        raise ValueError(f"query_length {q} must be >= 0")
+    buckets, heads = table.shape
+    out = outputs[0] if outputs and outputs[0] is not None else None
+    result = None
+    if out is None:                      # (lengths unknown at import: a data-dependent shape)
+        out = np.empty((1, heads, q, k), table.dtype)
+        result = [out]
+    if q == 0 or heads == 0:
+        return result
+    columns = np.ascontiguousarray(table).reshape(heads, buckets)   # row h: head h's buckets
+    by_offset = columns[:, _relative_buckets(q, buckets, bidirectional, max_distance)]
+    windows = np.lib.stride_tricks.sliding_window_view(by_offset, q, axis=1)   # [h, s, j] = offset s + j
+    np.copyto(out[0], windows[:, ::-1])                               # row i: s = q - 1 - i
+    return result

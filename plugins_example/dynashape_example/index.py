@@ -23,6 +23,7 @@ INDEX = {
     )),
     'dynashape_example.attention': (False, (
         ('com.microsoft', 'Attention'),
+        ('com.microsoft', 'RelativePositionBias'),
     )),
     'dynashape_example.activations': (False, (
         ('', 'Softmax'),

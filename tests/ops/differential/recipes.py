@@ -1398,6 +1398,8 @@ NOT_DRAWN = {
                      "onnxruntime drops the axis of an empty input)",
         "SparseToDenseMatMul": "a sparse tensor input, which the drawn nodes' feeds cannot be "
                                "(tests/plugins/test_contrib_ops.py feeds COO and CSR OrtValues)",
+        "RelativePositionBias": "onnxruntime has a CUDA kernel only; compared with the ONNX-op computation it "
+                                "fuses, run by onnxruntime (plugins_example/tests/test_relative_position_bias.py)",
     },
     "dynashape": {
         op: "dynashape's own rewrite product, never in a model given to a session; every suite runs with the "
