@@ -387,8 +387,9 @@ class CachedEntryPoint:
         found = re.fullmatch(r"\s*(?P<module>[\w.]+)\s*(:\s*(?P<attr>[\w.]+)\s*)?(\[.*\])?\s*", self.value)
         if found is None:
             raise ValueError(f"entry point '{self.name}': malformed value {self.value!r}")
-        obj = importlib.import_module(found.group("module"))
-        for part in (found.group("attr") or "").split(".") if found.group("attr") else ():
+        entry_point_module = found.group("module")
+        obj = importlib.import_module(entry_point_module)
+        for part in found.group("attr").split(".") if found.group("attr") else ():
             obj = getattr(obj, part)
         return obj
 
