@@ -49,4 +49,8 @@ INDEX = {
     'dynashape.ops_fast.svm': (False, (
         ('ai.onnx.ml', 'SVMClassifier'),
     )),
+    'dynashape.ops_fast.ml_linear': (False, (
+        ('ai.onnx.ml', 'LinearClassifier'),
+        ('ai.onnx.ml', 'Normalizer'),
+    )),
 }

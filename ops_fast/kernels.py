@@ -19,13 +19,15 @@ handles) and the numpy kernel otherwise, so a node never fails here that would r
 * :mod:`.trees`: TreeEnsembleClassifier / TreeEnsembleRegressor (ai.onnx.ml): every sample's
   trees walked and their leaves' weights added in one pass (the numpy kernel's sums exactly),
   and the finish (base values, top class, post transforms);
-* :mod:`.svm`: SVMClassifier's class probabilities (libsvm's coupling, one sample at a time).
+* :mod:`.svm`: SVMClassifier's class probabilities (libsvm's coupling, one sample at a time);
+* :mod:`.ml_linear`: LinearClassifier (scores, labels and post transform in one pass) and
+  Normalizer (ai.onnx.ml).
 """
 from __future__ import annotations
 
 #: the family modules, in the order their kernels are listed (their index: :mod:`.index`)
 FAMILIES = ("activations", "normalization", "softmax", "conv", "conv_transpose", "pool", "resize", "recurrent",
-            "trees", "svm")
+            "trees", "svm", "ml_linear")
 #: the command that regenerates :mod:`.index` (both plugins' indexes)
 INDEX_COMMAND = "python -m dynashape.ops_fast"
 

@@ -213,7 +213,7 @@ def test_loops_first_called_from_several_threads_at_once_import_once(tmp_path):
     assert got == {"errors": [], "same": True, "plain": [True, True]}
 
 
-#: the plugin's kernels before the loops became lazy: (op, domain, since, end, priority,
+#: the plugin's kernels (those it registered before the loops became lazy, and the ones added since): (op, domain, since, end, priority,
 #: dtypes, may_inplace)
 KERNELS = sorted([
     ("AveragePool", "", 1, None, 10, ["float32", "float64"], ()),
@@ -232,6 +232,8 @@ KERNELS = sorted([
     ("RNN", "", 1, None, 10, ["float32", "float64"], ()),
     ("Resize", "", 1, None, 10, ["float32", "float64"], ()),
     ("SVMClassifier", "ai.onnx.ml", 1, None, 10, [], ()),
+    ("LinearClassifier", "ai.onnx.ml", 1, None, 10, [], ()),
+    ("Normalizer", "ai.onnx.ml", 1, None, 10, [], ()),
     ("Softmax", "", 1, None, 10, ["float32", "float64"], ((0, 0),)),
     ("Upsample", "", 1, None, 10, ["float32", "float64"], ()),
     ("FusedAttention", "dynashape", 1, None, 10, ["float32", "float64"], ()),
