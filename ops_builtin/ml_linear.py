@@ -379,6 +379,8 @@ def _linear_classifier(ctx) -> _LinearClassifier:
     if coef.size % targets:
         ctx.fail(f"coefficients has {coef.size} values: expected classes ({targets}) x features",
                  kind="InvalidAttribute")
+    if isinstance(c, int) and coef.size > c * targets:
+        coef = _leading_coefficients(ctx, coef, c, targets)
     require(ctx, c * targets, "==", coef.size, f"coefficients has {coef.size} values, X has {c} features and "
             f"{targets} class(es)", "FeatureCountMismatch")
     intercepts = (np.asarray(given, np.float32).reshape(-1) if given is not None and len(given)
@@ -387,22 +389,36 @@ def _linear_classifier(ctx) -> _LinearClassifier:
                              targets == 1, _post_code(ctx))
 
 
+def _leading_coefficients(ctx, coef: np.ndarray, c: int, targets: int) -> np.ndarray:
+    """The first ``targets x c`` coefficients, where a model has more than its X's ``c``
+    features take (the spec is silent; onnxruntime reads those and ignores the rest, and its
+    own example ``logreg_iris.onnx``, 12 values for 3 classes of 2 features, relies on it),
+    with a RuntimeWarning: the model was most likely exported for more features."""
+    import warnings
+    node = ctx.node.name or "<unnamed>"
+    warnings.warn(f"LinearClassifier node '{node}': coefficients has {coef.size} values for {targets} class(es) "
+                  f"of {c} features; the first {c * targets} are used (as onnxruntime does)",
+                  RuntimeWarning, stacklevel=2)
+    return coef[:c * targets]
+
+
 @lib.op("LinearClassifier", since_version=1, domain=DOMAIN, infer_dtype=label_dtype)
 def _linear_classifier_shape(ctx):
     """LinearClassifier: scores ``S = X @ coefficients^T + intercepts`` (float32), labels from S.
 
-    X [N, C] (or [C]: one sample, N = 1), any of float/double/int64/int32 (computed in
-    float32). Outputs Y [N] (``classlabels_ints`` int64 or ``classlabels_strings`` string:
-    exactly one given) and Z [N, E] float32. ``coefficients``: E x C values, class-major;
-    ``intercepts``: E values (absent: E is the number of labels, intercepts 0; onnxruntime
-    wants them). E > 1: Y is the label of each row's first largest score, Z the scores after
-    ``post_transform``. One row (E = 1) with two labels (binary): Y is label 1 where S > 0, else
-    label 0; Z is [N, 2] derived from s = S as onnxruntime does: NONE, SOFTMAX, SOFTMAX_ZERO
-    ``[1 - s, s]``, LOGISTIC ``[1 - logistic(s), logistic(s)]``, PROBIT ``[-probit(s),
-    probit(s)]`` (onnxruntime leaves half of Z unwritten there). ``multi_class`` is read by no
-    engine. Raises InvalidDtype, InvalidRank, MissingAttribute, InvalidAttribute (label count,
-    coefficient count, post_transform), FeatureCountMismatch. Source: ONNX operator spec,
-    ai.onnx.ml LinearClassifier-1; onnxruntime linearclassifier.cc, ml_common.h.
+    X [N, C] (or [C]: one sample, N = 1), any of float/double/int64/int32 (computed in float32).
+    Outputs Y [N] (``classlabels_ints`` int64 or ``classlabels_strings`` string: exactly one
+    given) and Z [N, E] float32. ``coefficients``: E x C values, class-major (more: the first E
+    x C, with a RuntimeWarning, as onnxruntime reads them); ``intercepts``: E values (absent: E
+    is the number of labels, intercepts 0; onnxruntime wants them). E > 1: Y is the label of
+    each row's first largest score, Z the scores after ``post_transform``. One row (E = 1) with
+    two labels (binary): Y is label 1 where S > 0, else label 0; Z is [N, 2] derived from s = S
+    as onnxruntime does: NONE, SOFTMAX, SOFTMAX_ZERO ``[1 - s, s]``, LOGISTIC ``[1 -
+    logistic(s), logistic(s)]``, PROBIT ``[-probit(s), probit(s)]`` (onnxruntime leaves half of
+    Z unwritten there). ``multi_class`` is read by no engine. Raises InvalidDtype, InvalidRank,
+    MissingAttribute, InvalidAttribute (label count, coefficient count, post_transform),
+    FeatureCountMismatch. Source: ONNX operator spec, ai.onnx.ml LinearClassifier-1; onnxruntime
+    linearclassifier.cc, ml_common.h.
     """
     shape, _ = _features(ctx)
     lc = _linear_classifier(ctx)

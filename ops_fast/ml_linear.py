@@ -1,12 +1,13 @@
 """LinearClassifier and Normalizer (ai.onnx.ml) as compiled passes (:mod:`.loops.ml_linear`).
 
-LinearClassifier: scores, labels and the post transform of each sample in one pass. The numpy kernel (``ops_builtin.ml_linear``) makes a dozen
-array calls (matmul, intercepts, argmax with onnxruntime's NaN rule, the labels' gather, the
-transform), ~40 us at batch 1 against onnxruntime's ~11 us for the whole model. The loop
-serves int64 labels with NONE, SOFTMAX, LOGISTIC (and SOFTMAX_ZERO for a binary classifier,
-whose scores are NONE's); string labels, the other transforms, or numba not ready yet run the
-numpy kernel. Normalizer: each row's norm and the row divided by it in one pass, for float32
-rows (the numpy kernel's half dozen calls cost ~3x onnxruntime's at batch 1).
+LinearClassifier: scores, labels and the post transform of each sample in one pass. The numpy
+kernel (``ops_builtin.ml_linear``) makes a dozen array calls (matmul, intercepts, argmax with
+onnxruntime's NaN rule, the labels' gather, the transform), ~40 us at batch 1 against
+onnxruntime's ~11 us for the whole model. The loop serves int64 labels with NONE, SOFTMAX,
+LOGISTIC (and SOFTMAX_ZERO for a binary classifier, whose scores are NONE's); string labels, the
+other transforms, or numba not ready yet run the numpy kernel. Normalizer: each row's norm and
+the row divided by it in one pass, for float32 rows (the numpy kernel's half dozen calls cost
+~3x onnxruntime's at batch 1).
 
 Source: ONNX operator spec (Operators-ml.md), LinearClassifier-1, Normalizer-1; onnxruntime's
 linearclassifier.cc, normalizer.cc and ml_common.h.

@@ -3,10 +3,14 @@ documentation's snippets load them with ``get_example``): ``sigmoid.onnx`` (``y 
 float ``[3, 4, 5]``), ``mul_1.onnx`` (``Y = X * W``, X float ``[3, 2]``, W the constant
 ``[[1, 2], [3, 4], [5, 6]]``) and ``logreg_iris.onnx`` (a three-class logistic regression of
 four features, ``float_input [N, 4]`` -> ``label`` int64 ``[N]`` and ``probabilities``, a ZipMap
-``seq(map(int64, float))``). They are dynashape's own models of those names, built with
-``onnx.helper`` the first time they are asked for and kept in dynashape's cache directory
-(``DYNASHAPE_CACHE_DIR``; a temporary directory when the cache is off): the same graphs and
-interfaces, not onnxruntime's files (the logistic regression has its own coefficients).
+``seq(map(int64, float))``). Where an onnxruntime distribution is installed, its own
+example file of that name is returned (found through its ``.dist-info``; onnxruntime is not
+imported), so code from onnxruntime's documentation and tests gets the very numbers it
+expects. Otherwise they are dynashape's own models of those names, built with ``onnx.helper``
+the first time they are asked for and kept in dynashape's cache directory
+(``DYNASHAPE_CACHE_DIR``; a temporary directory when the cache is off): the same graphs, not
+onnxruntime's files (the logistic regression has its own coefficients, and four features
+where onnxruntime's declares two).
 """
 from __future__ import annotations
 
@@ -72,6 +76,22 @@ def _folder() -> str:
     return folder
 
 
+#: the distributions that install the ``onnxruntime`` package (and its ``datasets`` folder)
+ONNXRUNTIME_DISTRIBUTIONS = ("onnxruntime", "onnxruntime-gpu", "onnxruntime-directml", "onnxruntime-openvino")
+
+
+def _onnxruntime_example(name: str) -> str | None:
+    """The path of an installed onnxruntime's example ``name``, or None."""
+    from ..distributions import dist_info
+
+    for distribution in ONNXRUNTIME_DISTRIBUTIONS:
+        folder = dist_info(distribution)
+        path = None if folder is None else folder.parent / "onnxruntime" / "datasets" / name
+        if path is not None and path.is_file():
+            return str(path.resolve())
+    return None
+
+
 def get_example(name: str) -> str:
     """The absolute path of the example model ``name`` (``"logreg_iris.onnx"``), written on
     first use.
@@ -83,6 +103,9 @@ def get_example(name: str) -> str:
     make = EXAMPLES.get(name)
     if make is None:
         raise FileNotFoundError(f"Unable to find example '{name}' (examples: {sorted(EXAMPLES)})")
+    installed = _onnxruntime_example(name)
+    if installed is not None:
+        return installed
     path = os.path.join(_folder(), name)
     if not os.path.isfile(path):
         data = make().SerializeToString()

@@ -324,9 +324,10 @@ def test_the_backend_runs_paths_bytes_and_protos_as_onnxruntimes_backend():
 
 
 def test_datasets_examples_run_here_and_in_onnxruntime(tmp_path, monkeypatch):
-    """The example models of onnxruntime's names: dynashape's own, valid ONNX that both
-    runtimes run with the same values."""
+    """The example models of onnxruntime's names, where no onnxruntime is installed: dynashape's
+    own, valid ONNX that both runtimes run with the same values."""
     monkeypatch.setenv("DYNASHAPE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(dynashape.datasets, "ONNXRUNTIME_DISTRIBUTIONS", ())
     x = np.linspace(-2, 2, 60, dtype=np.float32).reshape(3, 4, 5)
     path = dynashape.datasets.get_example("sigmoid.onnx")
     assert path == str(tmp_path / "examples" / "sigmoid.onnx")
@@ -348,3 +349,22 @@ def test_datasets_examples_run_here_and_in_onnxruntime(tmp_path, monkeypatch):
         assert abs(sum(got.values()) - 1) < 1e-6
     with pytest.raises(FileNotFoundError, match="Unable to find example"):
         dynashape.datasets.get_example("nope.onnx")
+
+
+def test_an_installed_onnxruntimes_examples_are_its_own_files():
+    """With onnxruntime installed, get_example names its file (without importing it), and its
+    logreg_iris.onnx (12 coefficients for 3 classes of 2 declared features: onnxruntime reads
+    the first 6) gives onnxruntime's numbers, which its own backend test hard-codes."""
+    import pathlib
+    path = pathlib.Path(dynashape.datasets.get_example("logreg_iris.onnx"))
+    assert path.parent.parts[-2:] == ("onnxruntime", "datasets")
+    x = np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]], np.float32)
+    with pytest.warns(RuntimeWarning, match="coefficients has 12 values for 3 class.es. of 2 features; the first 6"):
+        labels, probabilities = dynashape.InferenceSession(str(path)).run(None, {"float_input": x})
+    ort_labels, ort_probabilities = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
+        None, {"float_input": x})
+    assert labels.tolist() == ort_labels.tolist() == [0, 0, 0]
+    np.testing.assert_allclose(list(probabilities[0].values()), [0.950599730014801, 0.027834169566631317,
+                                                                 0.02156602405011654], rtol=1e-6)
+    for got, want in zip(probabilities, ort_probabilities):
+        np.testing.assert_allclose(list(got.values()), list(want.values()), rtol=1e-5, atol=1e-7)

@@ -307,8 +307,8 @@ def test_a_kernel_error_inside_generated_code_shows_the_generated_line_naming_th
         x = np.array([-1.0, 2.0], np.float32)
         for _ in range(2):
             np.testing.assert_array_equal(sess.run(None, {"x": x})[0], [0.0, 2.0])
-        with pytest.raises(dynashape.errors.ExecutionError, match="Boom node 'boom\u2028node' failed: ValueError: boom") \
-                as info:
+        failure = "Boom node 'boom\u2028node' failed: ValueError: boom"
+        with pytest.raises(dynashape.errors.ExecutionError, match=failure) as info:
             sess.run(None, {"x": x})
         text = "".join(traceback.format_exception(info.value))
         generated = [f for f in traceback.extract_tb(info.value.__cause__.__traceback__)

@@ -185,7 +185,7 @@ def test_linear_classifier_errors():
     raises("InvalidAttribute", "1 class labels for 1 coefficient rows", lc,
            {"coefficients": [1.0, 2.0, 3.0], "intercepts": [0.0], "classlabels_ints": [1]})
     raises("InvalidAttribute", "coefficients has 8 values: expected classes", lc, dict(base, coefficients=COEF3[:8]))
-    raises("FeatureCountMismatch", "coefficients has 9 values, X has 2 features", lc, base, samples(2, 2))
+    raises("FeatureCountMismatch", "coefficients has 9 values, X has 4 features", lc, base, samples(2, 4))
     raises("InvalidAttribute", "post_transform 'SIGMOID' is not one of", lc, dict(base, post_transform="SIGMOID"))
     raises("InvalidRank", "must be \\[N, C\\] or \\[C\\]", lc, base, np.zeros((1, 2, 3), np.float32))
     raises("InvalidDtype", "X has dtype bool", lc, base, np.zeros((1, 3), bool))
@@ -194,6 +194,20 @@ def test_linear_classifier_errors():
     with pytest.raises(dynashape.ShapeInferenceError, match="X has 4 features") as info:
         sess.run(None, {"x": samples(2, 4)})
     assert info.value.kind == "FeatureCountMismatch"
+
+
+def test_linear_classifier_more_coefficients_than_features_reads_the_first_as_ort():
+    """9 coefficients, 3 classes, X of 2 features: the first 6 are the [3, 2] weights (onnxruntime
+    reads them so; its example logreg_iris.onnx relies on it), with a RuntimeWarning."""
+    base = {"coefficients": COEF3, "intercepts": ICPT3, "classlabels_ints": [1, 2, 3]}
+    x = samples(4, 2)
+    with pytest.warns(RuntimeWarning, match="coefficients has 9 values for 3 class.es. of 2 features; the first 6"):
+        y, z = ml("LinearClassifier", x, base)
+    scores = x @ np.asarray(COEF3[:6], np.float32).reshape(3, 2).T + np.asarray(ICPT3, np.float32)
+    np.testing.assert_allclose(z, scores, rtol=1e-6, atol=1e-6)
+    assert y.tolist() == (scores.argmax(axis=1) + 1).tolist()
+    with pytest.warns(RuntimeWarning):                  # onnxruntime on a fixed C, batches 4, 1 and 0
+        assert_runs_match(model("LinearClassifier", base, dims=("N", 2)), [{"x": x}, {"x": x[:1]}, {"x": x[:0]}])
 
 
 # SVMClassifier ------------------------------------------------------------------------------

@@ -213,8 +213,8 @@ def test_loops_first_called_from_several_threads_at_once_import_once(tmp_path):
     assert got == {"errors": [], "same": True, "plain": [True, True]}
 
 
-#: the plugin's kernels (those it registered before the loops became lazy, and the ones added since): (op, domain, since, end, priority,
-#: dtypes, may_inplace)
+#: the plugin's kernels (those it registered before the loops became lazy, and the ones added
+#: since): (op, domain, since, end, priority, dtypes, may_inplace)
 KERNELS = sorted([
     ("AveragePool", "", 1, None, 10, ["float32", "float64"], ()),
     ("Conv", "", 1, None, 10, ["float32", "float64"], ()),

@@ -99,7 +99,8 @@ def test_string_labels_and_probit_run_the_numpy_kernel(monkeypatch):
     got, ort = numba_session(strings).run(None, {"X": x}), ort_run(strings, {"X": x})
     assert got[0].tolist() == ort[0].tolist()
     np.testing.assert_allclose(got[1], ort[1], rtol=1e-5, atol=1e-6)
-    got, want = numba_session(probit).run(None, {"X": x}), numba_session(probit, compiled_kernels=False).run(None, {"X": x})
+    got = numba_session(probit).run(None, {"X": x})
+    want = numba_session(probit, compiled_kernels=False).run(None, {"X": x})
     assert got[0].tolist() == want[0].tolist()
     np.testing.assert_array_equal(got[1], want[1])
     assert calls == []
@@ -138,7 +139,8 @@ def test_scikit_learn_linear_models_use_the_loop(monkeypatch):
     rng = np.random.default_rng(0)
     x = rng.normal(size=(80, 4)).astype(np.float32)
     for classes in (2, 4):
-        y = np.digitize(x @ rng.normal(size=4), np.quantile(x @ rng.normal(size=4), np.linspace(0, 1, classes + 1)[1:-1]))
+        score = x @ rng.normal(size=4)
+        y = np.digitize(score, np.quantile(score, np.linspace(0, 1, classes + 1)[1:-1]))
         for model in (linear_model.LogisticRegression(max_iter=500), svm.LinearSVC()):
             model.fit(x, y)
             options = {id(model): {"zipmap": False}} if hasattr(model, "predict_proba") else None
