@@ -13,7 +13,8 @@ cast_map.cc) where the spec leaves a case open (key order, CastMap's string form
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+import ast
+from typing import Callable, NamedTuple
 
 import numpy as np
 from dynashape.dtypes import MapType, SequenceType, value_type_string
@@ -42,13 +43,38 @@ class _Keys(NamedTuple):
     keys: tuple        # the distinct labels in ascending order (a dict's key order)
     columns: tuple     # the column of X each key takes (a repeated label: its last column)
     count: int         # how many labels (X's feature count)
+    to_dicts: Callable  # rows (lists of count floats) -> one dict per row
 
 
 def _zipmap_keys(ctx: InferContext) -> _Keys:
     labels, _ = _labels(ctx, "classlabels_strings", "classlabels_int64s")
     last = {label: c for c, label in enumerate(labels)}
     keys = tuple(sorted(last))
-    return _Keys(keys, tuple(last[k] for k in keys), len(labels))
+    columns = tuple(last[k] for k in keys)
+    return _Keys(keys, columns, len(labels), _row_dicts(keys, columns, len(labels)))
+
+
+#: the most labels a generated dict display takes (beyond: dicts from zip)
+_DISPLAY_LIMIT = 256
+
+
+def _row_dicts(keys: tuple, columns: tuple, count: int) -> Callable:
+    """A function making each row's dict. Up to ``_DISPLAY_LIMIT`` labels it is generated: one
+    dict display with the labels as literal keys, ``[{0: v0, 1: v1} for v0, v1 in rows]``,
+    which builds each dict in one step (~2x faster than ``dict(zip(keys, row))``, the fallback:
+    at 1000 rows of 3 labels ~0.25 ms against ~0.5 ms). A label's literal is its ``repr``,
+    which reads back as the same int or str."""
+    literals = [repr(k) for k in keys]
+    if count > _DISPLAY_LIMIT or not all(type(k) in (int, str) for k in keys) \
+            or any(ast.literal_eval(s) != k for s, k in zip(literals, keys)):
+        ordered = list(columns)
+        return lambda rows: list(map(dict, map(zip, [keys] * len(rows), ([r[c] for c in ordered] for r in rows))))
+    names = [f"v{c}" for c in range(count)]
+    display = ", ".join(f"{s}: v{c}" for s, c in zip(literals, columns))
+    source = f"def to_dicts(rows):\n    return [{{{display}}} for {', '.join(names)}, in rows]\n"
+    namespace: dict = {}
+    exec(compile(source, "<dynashape-zipmap>", "exec"), namespace)  # noqa: S102 - literals checked above
+    return namespace["to_dicts"]
 
 
 def _zipmap_dtype(ctx: InferContext):
@@ -80,9 +106,7 @@ def _zipmap_shape(ctx: InferContext):
 
 @lib.kernel("ZipMap", domain=DOMAIN, prepare=_zipmap_keys)
 def _zipmap(inputs, outputs, keys: _Keys):
-    x = inputs[0]
-    rows = x.reshape(-1, keys.count)[:, list(keys.columns)].tolist()   # (Python floats, as onnxruntime)
-    return [list(map(dict, map(zip, [keys.keys] * len(rows), rows)))]
+    return [keys.to_dicts(inputs[0].reshape(-1, keys.count).tolist())]   # (Python floats, as onnxruntime)
 
 
 # DictVectorizer --------------------------------------------------------------------------

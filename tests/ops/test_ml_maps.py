@@ -64,6 +64,21 @@ def test_zipmap_equals_onnxruntime_through_batch_sizes(attrs, key, allocator):
         _assert_same_maps(sess.run(None, {"x": x})[0], ort.run(None, {"x": x})[0])
 
 
+@pytest.mark.parametrize("labels", [{"classlabels_strings": ["it's", 'a "b"', "\\n", "\u00e9", "", "x"]},
+                                    {"classlabels_int64s": [2**62, -7, 0, 3, -2**63, 1]},
+                                    {"classlabels_int64s": list(range(299, -1, -1))}],
+                         ids=["quoted-strings", "extreme-ints", "300-labels"])
+def test_zipmap_labels_a_dict_display_cannot_take_literally_or_too_many_equal_onnxruntime(labels):
+    """The generated dict display (labels as literals) and the zip fallback (over 256 labels)."""
+    key = T.STRING if "classlabels_strings" in labels else T.INT64
+    count = len(next(iter(labels.values())))
+    model = _model("ZipMap", labels, _tensor(T.FLOAT, ["N", count]), _seq_map(key))
+    x = np.random.default_rng(count).normal(size=(5, count)).astype(np.float32)
+    got, want = dynashape.InferenceSession(model).run(None, {"x": x})[0], ort_session(model).run(None, {"x": x})[0]
+    _assert_same_maps(got, want)
+    assert got[0] == dict(sorted(zip(next(iter(labels.values())), x[0].tolist())))     # by hand: labels ascending
+
+
 def test_zipmap_keys_ascend_a_repeated_label_keeps_its_last_column_values_are_python_floats():
     model = _model("ZipMap", {"classlabels_int64s": [5, 3, 5]}, _tensor(T.FLOAT, ["N", 3]), _seq_map(T.INT64))
     x = np.array([[0.25, 0.5, 0.125], [1.0, 2.0, 4.0]], dtype=np.float32)
