@@ -501,18 +501,34 @@ def _array_feature_extractor(inputs, outputs, plan: _Extraction):
     idx = plan.indices
     if idx is None:      # (indices fed at run time: checked here)
         idx = np.asarray(y).reshape(-1)
-        d = x.shape[-1]
-        if idx.size and (idx.min() < 0 or idx.max() >= d):
-            bad = idx[(idx < 0) | (idx >= d)][0]
-            raise ShapeInferenceError(
-                f"ArrayFeatureExtractor node '{plan.node}': index {bad} is out of range for the last axis of X "
-                f"(size {d}); expected [0, {d - 1}]", node=plan.node, op_type="ArrayFeatureExtractor",
-                kind="IndexOutOfRange")
+        _check_indices(idx, x.shape[-1], plan.node)
+    out = outputs[0]
+    if out is not None and out.flags.c_contiguous:       # (indices in range: "clip" moves nothing)
+        np.take(x, idx, axis=-1, out=out.reshape(x.shape[:-1] + idx.shape), mode="clip")
+        return None
     res = np.take(x, idx, axis=-1).reshape(_extractor_out(x.shape, y.shape))
-    if outputs[0] is None:
+    if out is None:
         return [res]
-    outputs[0][...] = res
+    out[...] = res
     return None
+
+
+def _check_indices(idx: np.ndarray, d: int, node: str) -> None:
+    """Raise IndexOutOfRange unless every index is in [0, d). int64 indices viewed as unsigned
+    take one reduction (a negative one is then larger than any size)."""
+    if not idx.size:
+        return
+    if idx.size == 1:                  # (a classifier's one label at batch 1: no reduction)
+        inside = 0 <= idx.item() < d
+    elif idx.dtype == np.int64 and idx.flags.c_contiguous:
+        inside = int(idx.view(np.uint64).max()) < d
+    else:
+        inside = idx.min() >= 0 and idx.max() < d
+    if not inside:
+        bad = idx[(idx < 0) | (idx >= d)][0]
+        raise ShapeInferenceError(
+            f"ArrayFeatureExtractor node '{node}': index {bad} is out of range for the last axis of X "
+            f"(size {d}); expected [0, {d - 1}]", node=node, op_type="ArrayFeatureExtractor", kind="IndexOutOfRange")
 
 
 # Binarizer ------------------------------------------------------------------------------

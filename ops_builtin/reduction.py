@@ -402,7 +402,8 @@ def _run_arg(find: Callable, inputs, outputs, plan: _ArgPlan):
         find(x, axis=plan.axis, keepdims=True, out=target)
 
 
-for _op, _find in (("ArgMax", np.argmax), ("ArgMin", np.argmin)):
+# (the ndarray methods: np.argmax's dispatch wrapper costs ~1 us a call, the method ~0.3 us)
+for _op, _find in (("ArgMax", np.ndarray.argmax), ("ArgMin", np.ndarray.argmin)):
     lib.op(_op, since_version=(1, 11, 12, 13), infer_dtype=fixed_dtype(np.int64))(_arg_infer)
     lib.kernel(_op, prepare=_arg_prepare)(functools.partial(_run_arg, _find))
 
