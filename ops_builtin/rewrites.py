@@ -327,9 +327,22 @@ def _matmul_bias(m: Match):
     a, b, y = m.value("a"), m.value("b"), m.node("mm").outputs[0]
     if not (_is_float(m, a) and m.dtype(b) == m.dtype(a)) or (m.rank(a) or 0) < 2 or m.rank(b) != 2:
         return None
-    if not _last_axis_vector(m, "bias", y):
+    if _last_axis_vector(m, "bias", y):
+        return [m.make("FusedMatMul", [a, b, m.value("bias")], domain=DOMAIN)]
+    bias = _leading_ones_row(m, "bias", y)
+    if bias is None:
         return None
-    return [m.make("FusedMatMul", [a, b, m.value("bias")], domain=DOMAIN)]
+    return [m.make("FusedMatMul", [a, b, m.constant(bias.reshape(-1), "bias_vector")], domain=DOMAIN)]
+
+
+def _leading_ones_row(m: Match, c: str, y: str):
+    """Constant ``c`` when it is a row of ``y``'s last dim behind leading 1s ([1, N], as
+    scikit-learn's exports write intercepts) and no longer in rank than ``y``: adding it is
+    adding its 1-D form. None otherwise."""
+    v, shape = m.const(c), m.shape(y)
+    if v is None or shape is None or not 2 <= v.ndim <= len(shape) or any(d != 1 for d in v.shape[:-1]):
+        return None
+    return v if m.same_dim(v.shape[-1], shape[-1]) and v.dtype == m.dtype(y) else None
 
 
 @lib.rewrite("matmul_transposed_b", op("MatMul", value("a"), op("Transpose", value("b"), name="t"), name="mm"),

@@ -38,6 +38,8 @@ from dynashape.ops_builtin import normalization as builtin_normalization
 from dynashape.records import OpLibrary
 from dynashape.threads import intra_op_threads
 
+from .. import softmax as fast_softmax
+from ..tiering import NUMBA
 from . import api, tiered
 from .gemm import PRIORITY, beside_qdq
 
@@ -45,7 +47,9 @@ lib = OpLibrary()
 
 F32 = np.dtype(np.float32)
 #: the fewest elements the Softmax / Gelu primitives take (below, numpy's few passes cost less than
-#: a primitive's dispatch; LayerNormalization and attention, several numpy passes each, always run oneDNN)
+#: a primitive's dispatch, and a Softmax takes numba's loops where numba is already up in the
+#: process, without starting it; LayerNormalization and attention, several numpy passes each,
+#: always run oneDNN)
 MIN_ELEMENTS = 1024
 ARG_MEAN, ARG_VARIANCE, ARG_SCALE, ARG_SHIFT = 49, 50, 51, 52
 SOFTMAX_ACCURATE = 196608
@@ -217,7 +221,10 @@ def _softmax(inputs, outputs, plan):
     if plan.work is None and x.size >= MIN_ELEMENTS and n and x.flags.c_contiguous and y.flags.c_contiguous:
         prim = _softmax_primitive_for(rows, n, threads)
     if prim is None:
-        reduction._run_softmax(reduction._softmax_body, inputs, outputs, plan)
+        if NUMBA.is_ready:       # (numba already up in this process: its three passes, ~3 us at a few rows)
+            fast_softmax._softmax(inputs, outputs, plan)
+        else:
+            reduction._run_softmax(reduction._softmax_body, inputs, outputs, plan)
         return
     api.set_threads(threads)
     prim.execute((x, y))

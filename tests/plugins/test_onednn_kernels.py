@@ -805,6 +805,23 @@ def test_softmax(opset, axis):
     _check(m, feeds, ops={"Softmax"}, rtol=1e-5, atol=1e-6)   # another axis: the numpy body inside
 
 
+@pytest.mark.parametrize("numba_up", [True, False])
+def test_a_small_softmax_takes_numbas_loops_only_where_numba_is_up(numba_up, monkeypatch):
+    """Below MIN_ELEMENTS no primitive: numba's three passes where numba is already up in the
+    process (it is not started for them), else the numpy body; both equal onnxruntime."""
+    from dynashape.ops_fast import softmax as fast_softmax
+    from dynashape.ops_fast.onednn import rowwise
+    pytest.importorskip("numba")
+    rows = []
+    loop = fast_softmax.loops.sub_row_max
+    monkeypatch.setattr(fast_softmax.loops, "sub_row_max", lambda x, y: (rows.append(x.shape[0]), loop(x, y))[1])
+    monkeypatch.setattr(rowwise.NUMBA, "is_ready", numba_up and rowwise.NUMBA.wait())
+    m = _model([helper.make_node("Softmax", ["x"], ["y"], axis=-1)], [("x", ["a", 3])])
+    feeds = [{"x": _rand(a, 3, scale=4.0)} for a in (1, 5, 0)]
+    _check(m, feeds, ops={"Softmax"}, rtol=1e-6, atol=1e-7)
+    assert rows == ([1, 5] if numba_up else [])
+
+
 @THREADS
 @pytest.mark.parametrize("mask,divide", [(None, 0), ("full", 1), ("broadcast", 0)])
 def test_the_attention_core_runs_matmul_softmax_matmul(mask, divide, threads):

@@ -326,6 +326,19 @@ def test_matmul_with_a_bias_that_is_not_a_vector_of_n_stays():
     check(g.model(_linear(g, x, bias_shape=(3, 1, 6))), None)   # broadcasts the output to rank 3
 
 
+@pytest.mark.parametrize("x_dims, bias_shape", [(["batch", 8], (1, 6)), (X, (1, 1, 6)), (X, (1, 6))])
+def test_matmul_bias_row_behind_leading_ones_fuses_as_a_vector(x_dims, bias_shape):
+    """scikit-learn's MLP writes intercepts [1, N]: no higher in rank than the output, so adding
+    it is adding its 1-D form; the fused node takes a 1-D copy."""
+    g = G()
+    check(g.model(_linear(g, g.input("x", x_dims), bias_shape=bias_shape)), "matmul_bias")
+
+
+def test_matmul_bias_row_of_a_higher_rank_than_the_output_stays():
+    g = G()
+    check(g.model(_linear(g, g.input("x", ["batch", 8]), bias_shape=(1, 1, 6))), None)   # output rank 3
+
+
 @pytest.mark.parametrize("op_type,attrs", ACTIVATIONS)
 def test_matmul_bias_activation_fuses(op_type, attrs):
     g = G(opset=20)
