@@ -13,7 +13,9 @@ from dynashape.registry import get_registry
 from dynashape.symbolic import sym
 from dynashape.testing import infer_node, run_node
 
-from tests.conftest import one_node_model
+from onnx import TensorProto, helper
+
+from tests.conftest import assert_runs_match, one_node_model
 from onnx.reference import ReferenceEvaluator
 
 RNG = np.random.default_rng(0)
@@ -407,3 +409,37 @@ def test_an_axes_input_of_symbolic_length_is_checked_when_it_runs():
             sess.run(None, {"x": x, "a": np.array(axes, np.int64)})
         assert info.value.kind == "DuplicateAxes" and info.value.node == "n"
     np.testing.assert_array_equal(sess.run(None, {"x": x, "a": np.array([0, -1], np.int64)})[0], 15)
+
+
+# short last axes folded column by column (reduction.last_axis_extreme) ----------------------
+
+@pytest.mark.parametrize("op, attrs", [("ReduceMax", {}), ("ReduceMin", {}), ("ReduceLogSumExp", {}),
+                                       ("Softmax", {"axis": -1})])
+@pytest.mark.parametrize("cols", [2, 3, 16, 17])
+def test_many_short_rows_reduce_as_onnxruntime_and_the_spec(op, attrs, cols):
+    """[N, cols] over the last axis at row counts below and above SHORT_ROW_MIN_ROWS, with
+    +-inf and -0.0 in rows: the column fold gives onnxruntime's values; a NaN propagates to its
+    row as in onnx.reference (onnxruntime's max may skip it)."""
+    axes = {} if op == "Softmax" else {"axes": [-1]}
+    node = helper.make_node(op, ["x"], ["y"], **attrs, **axes)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", cols])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    rng = np.random.default_rng(cols)
+    feeds = []
+    for n in (1, 31, 32, 700):
+        x = (rng.normal(size=(n, cols)) * 5).astype(np.float32)
+        x[n - 1, :] = -np.inf if op != "Softmax" else 0
+        x[0, 0] = np.inf if op in ("ReduceMax", "ReduceMin") else -0.0
+        feeds.append({"x": x})
+    assert_runs_match(model, feeds)
+    sess = dynashape.InferenceSession(model)
+    x = feeds[-1]["x"].copy()
+    x[5, cols // 2] = np.nan
+    (got,) = sess.run(None, {"x": x})
+    spec = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got[:-1], spec[:-1], rtol=1e-5, atol=1e-6)   # (its -inf row: onnx.reference NaN)
+    assert np.isnan(got[5]).all() and not np.isnan(got[6]).any()
+    if op in ("ReduceMax", "ReduceMin") and cols == 3:        # by hand
+        x = np.array([[1, 7, -2]] * 40, np.float32)
+        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], np.full((40, 1), 7 if op == "ReduceMax" else -2))

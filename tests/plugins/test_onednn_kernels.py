@@ -805,6 +805,19 @@ def test_softmax(opset, axis):
     _check(m, feeds, ops={"Softmax"}, rtol=1e-5, atol=1e-6)   # another axis: the numpy body inside
 
 
+def test_a_softmax_row_with_a_nan_or_inf_is_nan_as_in_onnxruntime():
+    """oneDNN's primitive gives [0, nan, 0] for a row holding a NaN or +inf; the kernel makes
+    the whole row NaN (onnxruntime, the spec's formula); a row of -inf is NaN in all three."""
+    m = _model([helper.make_node("Softmax", ["x"], ["y"], axis=-1)], [("x", ["a", 8])])
+    x = _rand(300, 8)
+    x[5, :] = -np.inf
+    x[6, 2] = np.inf
+    x[7, 1] = np.nan
+    fast = _check(m, [{"x": x}], ops={"Softmax"}, rtol=1e-6, atol=1e-7)
+    (y,) = fast.run(None, {"x": x})
+    assert np.isnan(y[5:8]).all() and not np.isnan(y[8:]).any() and not np.isnan(y[:5]).any()
+
+
 @pytest.mark.parametrize("numba_up", [True, False])
 def test_a_small_softmax_takes_numbas_loops_only_where_numba_is_up(numba_up, monkeypatch):
     """Below MIN_ELEMENTS no primitive: numba's three passes where numba is already up in the
