@@ -302,9 +302,24 @@ def _svm_classifier(inputs, outputs, m: _Classifier):
     return classify(inputs, outputs, m)
 
 
-def classify(inputs, outputs, m: _Classifier, couple=_couple):
-    """The SVMClassifier kernel, the class probabilities from ``couple(d, m)`` (:func:`_couple`'s
-    contract: the compiled kernel, ``ops_fast.svm``, passes its loop)."""
+def decisions(m: _Classifier, x: np.ndarray) -> np.ndarray:
+    """d [N, P] float32: each pair's decision value ``K(x, sv) @ weights + rho`` (float64,
+    then rounded) for the float32 samples ``x`` [N, C] (libsvm mode)."""
+    return (_kernel_matrix(m.kernel, x) @ m.weights + m.rho).astype(_F32)
+
+
+def elect(m: _Classifier, d: np.ndarray) -> np.ndarray:
+    """The index of each sample's class with the most pairwise wins (d > 0: the pair's first
+    class, else its second; the first of the most votes)."""
+    positive = d > 0
+    return np.argmax(positive @ m.votes_i + (~positive) @ m.votes_j, axis=1)
+
+
+def classify(inputs, outputs, m: _Classifier, couple=_couple, decide=decisions, vote=elect):
+    """The SVMClassifier kernel: in libsvm mode the decision values from ``decide(m, x)``, the
+    winners from ``vote(m, d)``, the class probabilities from ``couple(d, m)`` (the contracts
+    of :func:`decisions`, :func:`elect` and :func:`_couple`: the compiled kernel,
+    ``ops_fast.svm``, passes its loops)."""
     x = _rows(inputs[0], m.features)
     z = outputs[1] if len(outputs) > 1 else None
     k = m.labels.size
@@ -323,10 +338,8 @@ def classify(inputs, outputs, m: _Classifier, couple=_couple):
             elif m.post == 4:
                 z[...] = probit32(z)
         return None if outputs[0] is not None else [y, z]
-    d = (_kernel_matrix(m.kernel, x) @ m.weights + m.rho).astype(_F32)
-    positive = d > 0
-    votes = positive @ m.votes_i + (~positive) @ m.votes_j
-    y = write_labels(outputs[0], m.labels, np.argmax(votes, axis=1))
+    d = decide(m, x)
+    y = write_labels(outputs[0], m.labels, vote(m, d))
     if z is not None:
         if m.prob_a is not None:
             np.copyto(z, couple(d, m))
@@ -399,11 +412,20 @@ def _svm_regressor_shape(ctx):
     return [(shape[0] if len(shape) == 2 else 1, 1)]
 
 
+def scores(m: _Regressor, x: np.ndarray) -> np.ndarray:
+    """The regressor's scores [N] float64 for the float32 samples ``x`` [N, C]."""
+    base = _kernel_matrix(m.kernel, x) if m.kernel is not None else x.astype(_F64)
+    return base @ m.coef + m.rho
+
+
 @lib.kernel("SVMRegressor", domain=DOMAIN, prepare=_regressor)
 def _svm_regressor(inputs, outputs, m: _Regressor):
-    x = _rows(inputs[0], m.features)
-    base = _kernel_matrix(m.kernel, x) if m.kernel is not None else x.astype(_F64)
-    score = base @ m.coef + m.rho
+    regress(inputs, outputs, m)
+
+
+def regress(inputs, outputs, m: _Regressor, score_of=scores):
+    """The SVMRegressor kernel with the scores from ``score_of(m, x)`` (:func:`scores`)."""
+    score = score_of(m, _rows(inputs[0], m.features))
     y = outputs[0]
     if m.one_class:
         y[:, 0] = np.where(score > 0, 1.0, -1.0)

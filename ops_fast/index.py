@@ -48,6 +48,7 @@ INDEX = {
     )),
     'dynashape.ops_fast.svm': (False, (
         ('ai.onnx.ml', 'SVMClassifier'),
+        ('ai.onnx.ml', 'SVMRegressor'),
     )),
     'dynashape.ops_fast.ml_linear': (False, (
         ('ai.onnx.ml', 'LinearClassifier'),

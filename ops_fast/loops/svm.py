@@ -76,3 +76,72 @@ def couple(d, prob_a, prob_b, first, second, classes, out):
                     qp[j] = (qp[j] + diff * q[i, j]) / grow
                 for j in range(k):
                     out[n, j] /= grow
+
+
+#: kernel_type codes (ops_builtin.ml_svm.KERNELS)
+LINEAR, POLY, RBF, SIGMOID = 0, 1, 2, 3
+
+
+@njit(**JIT)
+def _kernel_row(x, sv, sv_sq, kind, gamma, coef0, degree, krow):
+    """``krow`` [V] float64: the kernel of one float32 sample ``x`` [C] against each support
+    vector ``sv`` [V, C] (float64), in the numpy kernel's formulas and order (RBF: the expanded
+    square ``-2 x.sv + |x|^2 + |sv|^2``, never below 0)."""
+    c = x.shape[0]
+    x_sq = 0.0
+    if kind == RBF:
+        for j in range(c):
+            x_sq += np.float64(x[j]) * np.float64(x[j])
+    for v in range(sv.shape[0]):
+        dot = 0.0
+        for j in range(c):
+            dot += np.float64(x[j]) * sv[v, j]
+        if kind == LINEAR:
+            krow[v] = dot
+        elif kind == RBF:
+            s = dot * -2.0 + x_sq + sv_sq[v]
+            if s < 0.0:
+                s = 0.0
+            krow[v] = np.exp(s * -gamma)
+        else:
+            t = dot * gamma + coef0
+            if kind == SIGMOID:
+                krow[v] = np.tanh(t)
+            elif degree == 2.0:
+                krow[v] = t * t
+            elif degree == 3.0:
+                krow[v] = t * t * t
+            else:
+                krow[v] = t ** degree
+
+
+@njit(**JIT)
+def decisions(x, sv, sv_sq, kind, gamma, coef0, degree, weights, rho, d):
+    """``d`` [N, P] float32 = ``K(x, sv) @ weights + rho`` for the float32 samples ``x`` [N, C]:
+    per sample the kernel row (float64) and its products with each column of ``weights`` [V, P]
+    (each pair's dual coefficients; one column for a regressor), summed over the support vectors
+    in their order (numpy's BLAS sums in its own: within float64 rounding)."""
+    krow = np.empty(sv.shape[0], np.float64)
+    for r in range(x.shape[0]):
+        _kernel_row(x[r], sv, sv_sq, kind, gamma, coef0, degree, krow)
+        for p in range(weights.shape[1]):
+            acc = 0.0
+            for v in range(sv.shape[0]):
+                acc += krow[v] * weights[v, p]
+            d[r, p] = acc + rho[p]
+
+
+@njit(**JIT)
+def vote(d, first, second, classes, best):
+    """``best`` [N] int64: per sample the class with the most pairwise wins (pair ``p`` votes for
+    ``first[p]`` where ``d[r, p] > 0``, else ``second[p]``; the first class of the most votes)."""
+    votes = np.zeros(classes, np.int64)
+    for r in range(d.shape[0]):
+        votes[:] = 0
+        for p in range(d.shape[1]):
+            votes[first[p] if d[r, p] > 0 else second[p]] += 1
+        top = 0
+        for k in range(1, classes):
+            if votes[k] > votes[top]:
+                top = k
+        best[r] = top

@@ -232,6 +232,7 @@ KERNELS = sorted([
     ("RNN", "", 1, None, 10, ["float32", "float64"], ()),
     ("Resize", "", 1, None, 10, ["float32", "float64"], ()),
     ("SVMClassifier", "ai.onnx.ml", 1, None, 10, [], ()),
+    ("SVMRegressor", "ai.onnx.ml", 1, None, 10, [], ()),
     ("LinearClassifier", "ai.onnx.ml", 1, None, 10, [], ()),
     ("Normalizer", "ai.onnx.ml", 1, None, 10, [], ()),
     ("Softmax", "", 1, None, 10, ["float32", "float64"], ((0, 0),)),
