@@ -282,7 +282,7 @@ def write_labels(out, labels: np.ndarray, index: np.ndarray):
     if out is None:
         return labels[index]
     if out.dtype == labels.dtype != object and out.flags.c_contiguous and out.shape == index.shape:
-        np.take(labels, index, out=out)
+        labels.take(index, out=out)        # (the method: np.take's wrapper costs ~1 us a call)
     else:
         out[...] = labels[index]
     return out
