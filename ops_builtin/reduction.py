@@ -255,15 +255,17 @@ def _log_sum_exp(x, plan, out):
         out.fill(-np.inf)
         return
     last = plan.axes == (x.ndim - 1,)
-    shift = last_axis_extreme(np.maximum, x) if last else np.maximum.reduce(x, axis=plan.axes, keepdims=True)
-    shift = np.where(np.isfinite(shift), shift, 0).astype(x.dtype)  # +-inf rows: no shift
-    e = np.exp(x - shift)
+    shift = last_axis_extreme(np.maximum, x) if last else np.asarray(np.maximum.reduce(x, axis=plan.axes,
+                                                                                          keepdims=True))
+    np.copyto(shift, 0, where=np.isinf(shift))        # +-inf rows: no shift (a NaN row stays NaN)
+    e = np.subtract(x, shift, out=np.empty(x.shape, x.dtype))
+    np.exp(e, out=e)
     sums = trailing_sums(e) if last else None
     if sums is None:
         np.add.reduce(e, axis=plan.axes, keepdims=True, out=out)
+        np.log(out, out=out)
     else:
-        np.copyto(out, sums)
-    np.log(out, out=out)
+        np.log(sums, out=out)
     np.add(out, shift, out=out)
 
 
