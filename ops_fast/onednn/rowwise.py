@@ -51,6 +51,10 @@ F32 = np.dtype(np.float32)
 #: process, without starting it; LayerNormalization and attention, several numpy passes each,
 #: always run oneDNN)
 MIN_ELEMENTS = 1024
+#: the shortest rows the Softmax primitive takes, without and with numba up in the process: the
+#: primitive's cost per row makes short rows slow (1000 rows of 3: oneDNN 38 us, numpy's five
+#: passes 25, numba's three 16; of 8: 32, 58, 31; of 16: 65, 81, 40; of 32: 82, 142, 126)
+SOFTMAX_MIN_ROW = {False: 8, True: 32}
 ARG_MEAN, ARG_VARIANCE, ARG_SCALE, ARG_SHIFT = 49, 50, 51, 52
 SOFTMAX_ACCURATE = 196608
 #: a single query row (a decode step) with fewer scores than this runs the numpy kernel: a
@@ -218,10 +222,12 @@ def _softmax(inputs, outputs, plan):
         rows = n = 0
     threads = intra_op_threads()
     prim = None
-    if plan.work is None and x.size >= MIN_ELEMENTS and n and x.flags.c_contiguous and y.flags.c_contiguous:
+    numba_up = NUMBA.is_ready
+    if (plan.work is None and x.size >= MIN_ELEMENTS and n >= SOFTMAX_MIN_ROW[numba_up] and x.flags.c_contiguous
+            and y.flags.c_contiguous):
         prim = _softmax_primitive_for(rows, n, threads)
     if prim is None:
-        if NUMBA.is_ready:       # (numba already up in this process: its three passes, ~3 us at a few rows)
+        if numba_up:             # (numba already up in this process: its three passes)
             fast_softmax._softmax(inputs, outputs, plan)
         else:
             reduction._run_softmax(reduction._softmax_body, inputs, outputs, plan)

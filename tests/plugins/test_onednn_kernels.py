@@ -805,23 +805,29 @@ def test_softmax(opset, axis):
     _check(m, feeds, ops={"Softmax"}, rtol=1e-5, atol=1e-6)   # another axis: the numpy body inside
 
 
-def test_a_softmax_row_with_a_nan_or_inf_is_nan_as_in_onnxruntime():
+def test_a_softmax_row_with_a_nan_or_inf_is_nan_as_in_onnxruntime(monkeypatch):
     """oneDNN's primitive gives [0, nan, 0] for a row holding a NaN or +inf; the kernel makes
     the whole row NaN (onnxruntime, the spec's formula); a row of -inf is NaN in all three."""
-    m = _model([helper.make_node("Softmax", ["x"], ["y"], axis=-1)], [("x", ["a", 8])])
-    x = _rand(300, 8)
+    from dynashape.ops_fast.onednn import rowwise
+    spread = []
+    fix = rowwise._spread_nan_rows
+    monkeypatch.setattr(rowwise, "_spread_nan_rows", lambda rows: (spread.append(rows.shape), fix(rows))[1])
+    m = _model([helper.make_node("Softmax", ["x"], ["y"], axis=-1)], [("x", ["a", 64])])
+    x = _rand(40, 64)
     x[5, :] = -np.inf
     x[6, 2] = np.inf
     x[7, 1] = np.nan
     fast = _check(m, [{"x": x}], ops={"Softmax"}, rtol=1e-6, atol=1e-7)
+    assert spread == [(40, 64)]                        # the primitive ran
     (y,) = fast.run(None, {"x": x})
     assert np.isnan(y[5:8]).all() and not np.isnan(y[8:]).any() and not np.isnan(y[:5]).any()
 
 
 @pytest.mark.parametrize("numba_up", [True, False])
 def test_a_small_softmax_takes_numbas_loops_only_where_numba_is_up(numba_up, monkeypatch):
-    """Below MIN_ELEMENTS no primitive: numba's three passes where numba is already up in the
-    process (it is not started for them), else the numpy body; both equal onnxruntime."""
+    """Below MIN_ELEMENTS, or rows shorter than SOFTMAX_MIN_ROW, no primitive: numba's three
+    passes where numba is already up in the process (it is not started for them), else the
+    numpy body; both equal onnxruntime."""
     from dynashape.ops_fast import softmax as fast_softmax
     from dynashape.ops_fast.onednn import rowwise
     pytest.importorskip("numba")
@@ -830,9 +836,9 @@ def test_a_small_softmax_takes_numbas_loops_only_where_numba_is_up(numba_up, mon
     monkeypatch.setattr(fast_softmax.loops, "sub_row_max", lambda x, y: (rows.append(x.shape[0]), loop(x, y))[1])
     monkeypatch.setattr(rowwise.NUMBA, "is_ready", numba_up and rowwise.NUMBA.wait())
     m = _model([helper.make_node("Softmax", ["x"], ["y"], axis=-1)], [("x", ["a", 3])])
-    feeds = [{"x": _rand(a, 3, scale=4.0)} for a in (1, 5, 0)]
+    feeds = [{"x": _rand(a, 3, scale=4.0)} for a in (1, 5, 0, 900)]      # (900 x 3: rows too short)
     _check(m, feeds, ops={"Softmax"}, rtol=1e-6, atol=1e-7)
-    assert rows == ([1, 5] if numba_up else [])
+    assert rows == ([1, 5, 900] if numba_up else [])
 
 
 @THREADS
