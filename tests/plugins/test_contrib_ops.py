@@ -12,7 +12,7 @@ pytest.importorskip("onnxruntime")
 
 import dynashape  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-from tests.conftest import assert_runs_match_ort, expected_outputs, ort_run, shared_path  # noqa: E402
+from tests.conftest import assert_runs_match_ort, expected_outputs, ort_run, ort_session, shared_path  # noqa: E402
 
 MS = "com.microsoft"
 RNG = np.random.default_rng(20240611)
@@ -512,6 +512,18 @@ def test_ortopt_gpt2_tiny_matches_ort_at_two_shapes():
     for b, s in ((3, 7), (2, 12), (3, 7)):
         feeds.append({"input_ids": RNG.integers(0, 1000, (b, s)).astype(np.int64),
                       "attention_mask": _padding_mask(b, s)})
+    _compare_zoo(path, feeds)
+
+
+def test_ortopt_t5_encoder_tiny_matches_ort_at_two_shapes():
+    """onnxruntime's transformer optimizer on a T5 encoder (SimplifiedLayerNormalization in the
+    ONNX domain, RelativePositionBias, Attention): equal to onnxruntime at two shapes, one session."""
+    path = shared_path("zoo", "ortopt", "t5_encoder_tiny.onnx")
+    inputs = ort_session(path).get_inputs()
+    feeds = []
+    for b, s in ((1, 7), (2, 12), (1, 7)):
+        feeds.append({i.name: _padding_mask(b, s) if "mask" in i.name else RNG.integers(0, 100, (b, s)).astype(np.int64)
+                      for i in inputs})
     _compare_zoo(path, feeds)
 
 
