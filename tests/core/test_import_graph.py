@@ -110,3 +110,50 @@ def test_the_reader_finds_late_imports_and_package_attributes(tmp_path):
                                    "def f():\n    from .b import g\n    from . import __version__, ops_builtin\n")
     assert _imported("a", tmp_path / "a.py", modules) == {"b", ""}
     assert _circles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b"]]
+
+
+#: docs/ARCHITECTURE.md's layers of core/: a module imports only modules of its layer or below
+#: (a package's modules take the package's layer; a module not listed is the API, layer 5)
+LAYERS = {
+    0: "errors symbolic dtypes onnx_proto distributions usercache limits fpstate threads version re2",
+    1: "weights external_data onnx_schemas validate model weight_arena",
+    2: "records shapes rewrite hookspecs libindex registry",
+    3: "graph node inference optimize symbolic_inference codegen planner program",
+    4: "plan executor engine compiled subgraph profiling gcpause",
+}
+_LAYER_OF = {m: k for k, names in LAYERS.items() for m in names.split()}
+
+
+def layer_of(module: str) -> int:
+    return _LAYER_OF.get(module, _LAYER_OF.get(module.split(".")[0], 5))
+
+
+def test_no_module_of_core_imports_a_higher_layer():
+    modules = _modules()
+    assert set(_LAYER_OF) <= set(modules), f"layers name no module: {sorted(set(_LAYER_OF) - set(modules))}"
+    up = [f"{m or 'dynashape'} (layer {layer_of(m)}) imports {d} (layer {layer_of(d)})"
+          for m, p in sorted(modules.items()) for d in sorted(_imported(m, p, modules)) if layer_of(d) > layer_of(m)]
+    assert up == [], "imports up the layers of docs/ARCHITECTURE.md:\n" + "\n".join(up)
+
+
+#: what the plugins (ops_builtin, ops_fast, plugins_example; their tests aside) may import of
+#: core/: the plugin API (layers 0-2), and by name the few lower-level pieces ops reach for
+#: (graph-building ops read model's Graph, If/Loop/Scan copy values as the program does, the
+#: oneDNN kernels pack weights into weight_arena's memory)
+PLUGIN_API = {m for m in _LAYER_OF if _LAYER_OF[m] <= 2} | {"ops_builtin", "ops_fast", "program"}
+
+
+def test_the_plugins_import_only_the_plugin_api_of_core():
+    root = CORE.parent
+    sources = [p for folder in ("ops_builtin", "ops_fast", "plugins_example") for p in (root / folder).rglob("*.py")
+               if "tests" not in p.relative_to(root).parts and "__pycache__" not in p.parts]
+    assert sources
+    beyond = []
+    for path in sources:
+        for node in _statements(ast.parse(path.read_text())):
+            names = ([node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else
+                     [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            for name in names:
+                if name.startswith("dynashape.") and name.split(".")[1] not in PLUGIN_API:
+                    beyond.append(f"{path.relative_to(root)}: {name}")
+    assert beyond == [], "plugins importing core beyond the plugin API:\n" + "\n".join(sorted(set(beyond)))
