@@ -169,14 +169,15 @@ def _load_trace(path: str) -> list:
               help=f"write the Chrome trace here (default: {DEFAULT_PREFIX}<date>.json in the current directory)")
 @click.option("--repeat", type=click.IntRange(min=1), default=10, show_default=True,
               help="profiled runs after the warm-up")
-@warmup_options(1)
+@warmup_options(2)
 def profile(model: str, dims, shapes, inputs, allocator: str, seed: int, output: Optional[str], repeat: int,
             warmup: int) -> None:
     """Profile REPEAT runs of MODEL after WARMUP ones: time per op type (calls, total ms, % of
     total, mean µs per call) of the REPEAT runs, and a Chrome-trace JSON of every node of every
     run, the warm-up included (onnxruntime's format). The warm-up keeps a first run's one-time
-    costs (planning the shape, making the kernels, loading compiled code) out of the table;
-    --no-warmup puts the cold run in."""
+    costs (planning the shape, making the kernels) and the second's (the first run that waits
+    for the compiled kernels loads their code) out of the table; --no-warmup puts the cold run
+    in."""
     _check_writable(output)
     tmp = tempfile.mkdtemp(prefix="dynashape_profile_") if output else None
     try:

@@ -274,22 +274,23 @@ def test_profile_writes_a_trace_covering_every_op_type(tiny, tmp_path, monkeypat
     events = json.loads(trace.read_text())
     nodes = [e for e in events if e["cat"] == "Node"]
     assert {e["args"]["op_name"] for e in nodes} == OP_TYPES
-    # the trace holds the warm-up run too, the table only the four after it
+    # the trace holds the two warm-up runs too (the first plans the shape, the second waits for
+    # the compiled kernels), the table only the four after them
     assert sorted(e["name"] for e in nodes) == sorted(f"{n}_kernel_time" for n in
-                                                      ("relu", "matmul", "add", "gather") for _ in range(5))
+                                                      ("relu", "matmul", "add", "gather") for _ in range(6))
     assert all(e["ph"] == "X" and e["dur"] >= 0 and e["ts"] >= 0 for e in nodes)
-    assert sum(e["cat"] == "Session" and e["name"] == "model_run" for e in events) == 5
+    assert sum(e["cat"] == "Session" and e["name"] == "model_run" for e in events) == 6
     lines = out.splitlines()
     assert lines[0].split() == ["op", "type", "calls", "total", "ms", "%", "total", "mean", "µs"]
     rows = {line.split()[0]: line.split() for line in lines[1:5]}
     assert set(rows) == OP_TYPES and all(r[1] == "4" for r in rows.values())
     total = lines[5].split()
     assert total[:2] == ["total", "16"] and total[3] == "100.0%"
-    timed = after_warmup(events, 1)
+    timed = after_warmup(events, 2)
     assert float(total[2]) == pytest.approx(sum(e["dur"] for e in timed if e["cat"] == "Node") / 1e3, abs=0.002)
     assert sum(float(r[3].rstrip("%")) for r in rows.values()) == pytest.approx(100.0, abs=0.3)
     assert "inputs: x float32[3, 4], idx int64[3]" in out
-    assert re.search(r"^4 runs after 1 warm-up run\(s\) \(the first: [\d.]+ ms, not in the table\): [\d.]+ ms in "
+    assert re.search(r"^4 runs after 2 warm-up run\(s\) \(the first: [\d.]+ ms, not in the table\): [\d.]+ ms in "
                      r"model_run, [\d.]+ ms in nodes \([\d.]+%\), 0.000 ms in 0 plan\(s\)", out, re.MULTILINE)
     assert f"trace: {trace} ({len(events)} events;" in out
     code, out = _invoke("profile", path, "--dim", "batch=3", "--input", idx, "--repeat", "2", "--no-warmup",
