@@ -51,10 +51,14 @@ F32 = np.dtype(np.float32)
 #: process, without starting it; LayerNormalization and attention, several numpy passes each,
 #: always run oneDNN)
 MIN_ELEMENTS = 1024
-#: the shortest rows the Softmax primitive takes, without and with numba up in the process: the
-#: primitive's cost per row makes short rows slow (1000 rows of 3: oneDNN 38 us, numpy's five
-#: passes 25, numba's three 16; of 8: 32, 58, 31; of 16: 65, 81, 40; of 32: 82, 142, 126)
-SOFTMAX_MIN_ROW = {False: 8, True: 32}
+#: the shortest rows the Softmax primitive takes: its cost per row makes short rows slow (1000
+#: rows of 3: oneDNN 38 us, numpy's five passes 25, numba's three 16; of 8: 32, 58, 31; of 16:
+#: 65, 81, 40; of 32: 82, 142, 126). Shorter rows take numba's loops where numba is up, else
+#: numpy's; longer ones the primitive, or numpy's passes while it is made or below MIN_ELEMENTS,
+#: though numba's loops are faster up to ~24 values: their float64 sums round differently from
+#: onnxruntime's, and a dynamically quantized BERT's attention then puts a few values into other
+#: buckets (zoo2 bert_tiny_dynamic off by 3e-4 in three outputs)
+SOFTMAX_MIN_ROW = 8
 ARG_MEAN, ARG_VARIANCE, ARG_SCALE, ARG_SHIFT = 49, 50, 51, 52
 SOFTMAX_ACCURATE = 196608
 #: a single query row (a decode step) with fewer scores than this runs the numpy kernel: a
@@ -222,12 +226,11 @@ def _softmax(inputs, outputs, plan):
         rows = n = 0
     threads = intra_op_threads()
     prim = None
-    numba_up = NUMBA.is_ready
-    if (plan.work is None and x.size >= MIN_ELEMENTS and n >= SOFTMAX_MIN_ROW[numba_up] and x.flags.c_contiguous
+    if (plan.work is None and x.size >= MIN_ELEMENTS and n >= SOFTMAX_MIN_ROW and x.flags.c_contiguous
             and y.flags.c_contiguous):
         prim = _softmax_primitive_for(rows, n, threads)
     if prim is None:
-        if numba_up:             # (numba already up in this process: its three passes)
+        if n < SOFTMAX_MIN_ROW and NUMBA.is_ready:      # (numba already up in this process: its three passes)
             fast_softmax._softmax(inputs, outputs, plan)
         else:
             reduction._run_softmax(reduction._softmax_body, inputs, outputs, plan)

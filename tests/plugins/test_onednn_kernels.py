@@ -825,7 +825,7 @@ def test_a_softmax_row_with_a_nan_or_inf_is_nan_as_in_onnxruntime(monkeypatch):
 
 @pytest.mark.parametrize("numba_up", [True, False])
 def test_a_small_softmax_takes_numbas_loops_only_where_numba_is_up(numba_up, monkeypatch):
-    """Below MIN_ELEMENTS, or rows shorter than SOFTMAX_MIN_ROW, no primitive: numba's three
+    """Below MIN_ELEMENTS, or rows shorter than SOFTMAX_MIN_ROW (8), no primitive: numba's three
     passes where numba is already up in the process (it is not started for them), else the
     numpy body; both equal onnxruntime."""
     from dynashape.ops_fast import softmax as fast_softmax
