@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from tests.conftest import numba_session, ort_run
+from tests.conftest import numba_session, ort_predates, ort_run
 
 pytest.importorskip("numba")
 if not __import__("dynashape.ops_fast", fromlist=["enabled"]).enabled():
@@ -70,7 +70,8 @@ def test_linear_classifier_loop_equals_numpy_and_onnxruntime(classes, post, monk
         assert got[0].dtype == np.int64 and got[0].tolist() == want[0].tolist() == ort[0].tolist()
         assert got[1].shape == (feeds["X"].shape[0], classes)
         np.testing.assert_allclose(got[1], want[1], rtol=1e-6, atol=2e-7)
-        np.testing.assert_allclose(got[1], ort[1], rtol=1e-5, atol=1e-6)
+        if not (classes == 2 and post == "LOGISTIC" and ort_predates((1, 32))):   # (older: other binary scores)
+            np.testing.assert_allclose(got[1], ort[1], rtol=1e-5, atol=1e-6)
     assert calls == ([1, 7, 0] if served else [])
 
 
