@@ -193,28 +193,27 @@ def _extreme(ufunc: np.ufunc, largest: bool):
     def reduce(x, plan, out):
         if plan.empty:
             ufunc.reduce(x, axis=plan.axes, keepdims=True, out=out, initial=_extreme_initial(x.dtype, largest))
-        elif plan.axes == (x.ndim - 1,):
-            last_axis_extreme(ufunc, x, out)
         else:
-            ufunc.reduce(x, axis=plan.axes, keepdims=True, out=out)
+            extreme_keepdims(ufunc, x, plan.axes, out)
     return reduce
 
 
-#: the longest last axis :func:`last_axis_extreme` folds column by column, and the fewest rows
+#: the longest last axis :func:`extreme_keepdims` folds column by column, and the fewest rows
 #: it does so for: numpy's reduce over a short contiguous axis takes a slow path per row
 #: ((1000, 3) max: ~50 us against ~7 us for two np.maximum over columns; (1000, 16) ~60
 #: against ~25); from 32 columns its own loop wins
 SHORT_ROW_COLUMNS, SHORT_ROW_MIN_ROWS = 16, 32
 
 
-def last_axis_extreme(ufunc: np.ufunc, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """``ufunc.reduce(x, axis=-1, keepdims=True, out=out)`` for np.maximum / np.minimum (a
-    non-empty last axis), the same values (NaN propagates as in the reduction): many short
-    rows are folded one column at a time (a loop over at most SHORT_ROW_COLUMNS columns, each
-    step one vectorised ufunc call over all the rows)."""
+def extreme_keepdims(ufunc: np.ufunc, x: np.ndarray, axes, out: np.ndarray | None = None) -> np.ndarray:
+    """``ufunc.reduce(x, axis=axes, keepdims=True, out=out)`` for np.maximum / np.minimum over
+    non-empty axes (an array, also for a 0-d ``x``), the same values (NaN propagates as in the
+    reduction): over the last axis alone, many short rows are folded one column at a time (a
+    loop over at most SHORT_ROW_COLUMNS columns, each step one vectorised ufunc call over all
+    the rows)."""
     n = x.shape[-1] if x.ndim else 0
-    if not (2 <= n <= SHORT_ROW_COLUMNS and x.size >= SHORT_ROW_MIN_ROWS * n):
-        return ufunc.reduce(x, axis=-1, keepdims=True, out=out)
+    if tuple(axes) != (x.ndim - 1,) or not (2 <= n <= SHORT_ROW_COLUMNS and x.size >= SHORT_ROW_MIN_ROWS * n):
+        return np.asarray(ufunc.reduce(x, axis=tuple(axes), keepdims=True, out=out))
     if out is None:
         out = np.empty(x.shape[:-1] + (1,), x.dtype)
     acc = out[..., 0]
@@ -254,13 +253,11 @@ def _log_sum_exp(x, plan, out):
     if plan.empty or x.size == 0:
         out.fill(-np.inf)
         return
-    last = plan.axes == (x.ndim - 1,)
-    shift = last_axis_extreme(np.maximum, x) if last else np.asarray(np.maximum.reduce(x, axis=plan.axes,
-                                                                                          keepdims=True))
+    shift = extreme_keepdims(np.maximum, x, plan.axes)
     np.copyto(shift, 0, where=np.isinf(shift))        # +-inf rows: no shift (a NaN row stays NaN)
     e = np.subtract(x, shift, out=np.empty(x.shape, x.dtype))
     np.exp(e, out=e)
-    sums = trailing_sums(e) if last else None
+    sums = trailing_sums(e) if plan.axes == (x.ndim - 1,) else None
     if sums is None:
         np.add.reduce(e, axis=plan.axes, keepdims=True, out=out)
         np.log(out, out=out)
@@ -524,8 +521,7 @@ def trailing_sums(x: np.ndarray, n_axes: int = 1) -> np.ndarray | None:
 def _softmax_body(x, out, axis):
     """exp(x - max) / sum, the division as a multiply by the reciprocal of each sum (as
     onnxruntime's MLAS does)."""
-    row_max = last_axis_extreme(np.maximum, x) if axis == x.ndim - 1 else np.maximum.reduce(x, axis=axis, keepdims=True)
-    np.subtract(x, row_max, out=out)   # (np.max: ~4 us more a call than the ufunc's reduce)
+    np.subtract(x, extreme_keepdims(np.maximum, x, (axis,)), out=out)   # (np.max: ~4 us more a call than the reduce)
     np.exp(out, out=out)
     sums = trailing_sums(out) if axis == out.ndim - 1 else None
     if sums is None:

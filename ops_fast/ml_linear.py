@@ -22,7 +22,7 @@ from .common import PRIORITY, lazy_import
 from .tiering import compiled_ready
 
 lib = OpLibrary()
-#: the loop (:mod:`.loops.linear`), imported by its first call
+#: the loops (:mod:`.loops.ml_linear`), imported by the first call of one
 loops = lazy_import(".loops.ml_linear", __package__)
 
 _F32 = np.dtype(np.float32)

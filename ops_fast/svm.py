@@ -36,13 +36,9 @@ SMALL_BATCH = 32
 _F32 = np.dtype(np.float32)
 
 
-def _samples(x: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(x, _F32)
-
-
 def _kernel_decisions(k: ml_svm._Kernel, x: np.ndarray, weights: np.ndarray, rho: np.ndarray,
                       out: np.ndarray) -> np.ndarray:
-    loops.decisions(_samples(x), k.sv, k.sv_sq, k.kind, k.gamma, k.coef0, k.degree, weights, rho, out)
+    loops.decisions(np.ascontiguousarray(x, _F32), k.sv, k.sv_sq, k.kind, k.gamma, k.coef0, k.degree, weights, rho, out)
     return out
 
 

@@ -411,7 +411,7 @@ def test_an_axes_input_of_symbolic_length_is_checked_when_it_runs():
     np.testing.assert_array_equal(sess.run(None, {"x": x, "a": np.array([0, -1], np.int64)})[0], 15)
 
 
-# short last axes folded column by column (reduction.last_axis_extreme) ----------------------
+# short last axes folded column by column (reduction.extreme_keepdims) ----------------------
 
 @pytest.mark.parametrize("op, attrs", [("ReduceMax", {}), ("ReduceMin", {}), ("ReduceLogSumExp", {}),
                                        ("Softmax", {"axis": -1})])
