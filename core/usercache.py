@@ -1,9 +1,9 @@
-"""The per-user disk cache: small JSON files that spare a new process work an earlier one did
-(onnx's operator schemas, the plugins' entry points). Data only, never code (the one
-exception, the compiled kernels' machine code in ``native/``, is written and checked by
-``dynashape.ops_fast.native.machine_code``, as numba keeps its own in ``__pycache__``); written
-atomically (a reader sees the old file or the new one); a file that cannot be read or written
-is ignored, and the work is done again.
+"""The per-user disk cache: small files that spare a new process work an earlier one did
+(onnx's operator schemas, the plugins' entry points as JSON; the bytecode of the programs'
+generated Python, :mod:`dynashape.codegen`, as Python keeps a module's in ``__pycache__``; the
+compiled kernels' machine code in ``native/``, written and checked by
+``dynashape.ops_fast.native.machine_code``). Written atomically (a reader sees the old file or
+the new one); a file that cannot be read or written is ignored, and the work is done again.
 
 Directory: ``DYNASHAPE_CACHE_DIR``, else ``$XDG_CACHE_HOME/dynashape``, else
 ``~/.cache/dynashape``; ``DYNASHAPE_CACHE_DIR=off`` (or ``0``, ``none``, ``false``, empty)
@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
-__all__ = ["cache_dir", "read_json", "write_json"]
+__all__ = ["cache_dir", "read_bytes", "read_json", "write_bytes", "write_json"]
 
 
 def cache_dir() -> Optional[Path]:
@@ -42,13 +42,34 @@ def read_json(path: Optional[Path]) -> Any:
 
 def write_json(path: Optional[Path], data: Any) -> None:
     """Write ``data`` to ``path`` atomically (nothing when the cache is off or unwritable)."""
+    write_bytes(path, json.dumps(data, separators=(",", ":")).encode())
+
+
+def read_bytes(path: Optional[Path]) -> Optional[bytes]:
+    """The file's bytes, or None when the cache is off or the file absent or unreadable."""
     if path is None:
-        return
+        return None
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def write_bytes(path: Optional[Path], data: bytes) -> bool:
+    """Write ``data`` to ``path`` atomically; False when the cache is off or unwritable."""
+    if path is None:
+        return False
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, separators=(",", ":"))
-        os.replace(tmp, path)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
     except OSError:
-        pass
+        return False
+    return True

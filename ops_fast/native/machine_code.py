@@ -67,10 +67,15 @@ def cache_key(ir_module: str, depends=()) -> str:
     sources' versions apart, a job a checksum does without hashlib (whose OpenSSL start costs
     a process ~5 ms, in the thread that loads the code while the first run waits for the GIL)."""
     import importlib.util
-    from importlib.metadata import version
+
+    from dynashape.distributions import version
+    llvmlite_version = version("llvmlite")
+    if llvmlite_version is None:        # (a damaged install: importlib.metadata's scan, ~20 ms of imports)
+        from importlib.metadata import version as metadata_version
+        llvmlite_version = metadata_version("llvmlite")
     data = b"".join(Path(source).read_bytes() for source in (
         importlib.util.find_spec(ir_module).origin, *depends, Path(__file__).with_name("ir_util.py")))
-    data += f"{version('llvmlite')}|{'|'.join(TARGET)}".encode()
+    data += f"{llvmlite_version}|{'|'.join(TARGET)}".encode()
     return f"{ir_module.rsplit('.', 1)[-1]}-{zlib.crc32(data):08x}{zlib.adler32(data):08x}"
 
 

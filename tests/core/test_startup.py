@@ -308,6 +308,72 @@ def test_a_second_session_of_a_model_compiles_no_generated_code(monkeypatch):
     assert compiled == []
 
 
+_GENERATED = textwrap.dedent("""
+    import sys
+    import numpy as np
+    from onnx import TensorProto, helper
+    import dynashape
+    from dynashape import codegen
+    compiled = []
+    real = compile
+    codegen.compile = lambda *a: compiled.append(a[1]) or real(*a)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Shape", ["r"], ["s"]),
+             helper.make_node("Reshape", ["r", "s"], ["y"])]
+    m = helper.make_model(helper.make_graph(nodes, "g", [x], [y]), opset_imports=[helper.make_opsetid("", 17)])
+    out = dynashape.InferenceSession(m).run(None, {"x": np.array([[-1, 2, 3], [4, -5, 6]], np.float32)})[0]
+    print(out.tolist(), len(compiled))
+""")
+
+
+def _generated_in_subprocess(cache_dir) -> str:
+    import os
+    env = dict(os.environ, DYNASHAPE_CACHE_DIR=str(cache_dir))
+    return subprocess.run([sys.executable, "-c", _GENERATED], capture_output=True, text=True, check=True,
+                          env=env).stdout.strip()
+
+
+def test_a_new_process_reads_the_generated_codes_bytecode_from_the_cache(tmp_path):
+    first = _generated_in_subprocess(tmp_path)
+    values, compiled = first.rsplit(" ", 1)
+    assert values == "[[0.0, 2.0, 3.0], [4.0, 0.0, 6.0]]" and int(compiled) > 0
+    files = list((tmp_path / "code").rglob("*"))
+    assert [f for f in files if f.is_file()]
+    assert _generated_in_subprocess(tmp_path) == f"{values} 0"
+
+
+def test_a_damaged_or_foreign_bytecode_file_is_compiled_again(tmp_path):
+    """A file that does not unmarshal, or holds another source under the same checksum, is
+    never run: its source is compiled again."""
+    import marshal
+    values = _generated_in_subprocess(tmp_path).rsplit(" ", 1)[0]
+    damaged, *foreign = sorted(f for f in (tmp_path / "code").rglob("*") if f.is_file())
+    damaged.write_bytes(b"\x00garbage")
+    for path in foreign:
+        source, name, code = marshal.loads(path.read_bytes())
+        path.write_bytes(marshal.dumps((source + "\n# another source", name, code)))
+    assert _generated_in_subprocess(tmp_path) == f"{values} {1 + len(foreign)}"
+
+
+def test_generated_code_is_compiled_in_process_when_the_cache_is_off(tmp_path):
+    values, compiled = _generated_in_subprocess("off").rsplit(" ", 1)
+    assert values == "[[0.0, 2.0, 3.0], [4.0, 0.0, 6.0]]" and int(compiled) > 0
+
+
+def test_the_bytecode_cache_keeps_at_most_its_limit_of_files(tmp_path, monkeypatch):
+    import os
+
+    from dynashape import codegen
+    monkeypatch.setattr(codegen, "CODE_CACHE_FILES", 8)
+    monkeypatch.setattr(codegen, "_written", iter(range(0, 10**6, 256)))    # (checks on every write)
+    for i in range(12):
+        (tmp_path / f"f{i}").write_bytes(b"x")
+        os.utime(tmp_path / f"f{i}", (i, i))
+    codegen._prune(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"f{i}" for i in range(3, 12))
+
+
 # the plugins' entry points from the disk cache ----------------------------------------
 
 def test_entry_points_are_read_from_the_cache_until_a_sys_path_directory_changes(tmp_path, monkeypatch):
