@@ -234,7 +234,17 @@ class _GraphState:
             {v.name for v in graph.inputs} | self.outputs
         self.reindex()
 
+    def nodes_of(self, domain: str, op_type: str) -> list:
+        """The nodes of one op in list order (an index kept until the node list changes: a
+        few hundred rewrites each look for their root op in a graph of thousands of nodes)."""
+        if self._by_op is None:
+            self._by_op = {}
+            for n in self.nodes:
+                self._by_op.setdefault((n.domain, n.op_type), []).append(n)
+        return self._by_op.get((domain, op_type), [])
+
     def reindex(self) -> None:
+        self._by_op: Optional[dict] = None
         self.alive: set[int] = set()
         self.producer: dict[str, Node] = {}
         self.consumers: dict[str, list[Node]] = {}
@@ -263,6 +273,7 @@ class _GraphState:
                 renamed[id(old)] = new_node
             nodes = [renamed.get(id(n), n) for n in nodes]
         self.nodes = nodes
+        self._by_op = None
         self.constants.update(m.new_constants)
         return renamed
 
@@ -548,7 +559,7 @@ def apply_rewrites(graph: Graph, nodes: Sequence[Node], constants: Mapping[str, 
         if isinstance(rw, GraphPass):
             _run_pass(rw, state, report)
             continue
-        roots = [n for n in state.nodes if n.op_type == rw.pattern.op_type and n.domain == rw.pattern.domain]
+        roots = state.nodes_of(rw.pattern.domain, rw.pattern.op_type)
         renamed: dict[int, Node] = {}   # a root whose inputs a forward rewrote -> its new node
         for root in roots:
             while id(root) in renamed:
