@@ -76,10 +76,12 @@ def _compiled(source: str, name: str):
     data = f"{name}\n{source}".encode()
     checksum = f"{zlib.crc32(data):08x}{zlib.adler32(data):08x}"
     filename = f"<dynashape-{name}-{checksum}>"
-    code = _read_cached(checksum, source, filename)
+    cached = len(source) >= CACHED_SOURCE_CHARS
+    code = _read_cached(checksum, source, filename) if cached else None
     if code is None:
         code = compile(source, filename, "exec")
-        _write_cached(checksum, source, filename, code)
+        if cached:
+            _write_cached(checksum, source, filename, code)
     with _CODE_LOCK:
         _CODE[source] = code
         _register_source(filename, source)
@@ -118,6 +120,9 @@ def _write_cached(checksum: str, source: str, filename: str, code) -> None:
         _prune(path.parent)
 
 
+#: sources this long or longer go through the disk cache: Python compiles ~2 kB in ~1 ms, about
+#: what writing a cache file costs once; a shorter one compiles faster than a file is opened
+CACHED_SOURCE_CHARS = 2048
 #: bytecode files kept per Python (the oldest written go first): a few MB, ~2 ms to list
 CODE_CACHE_FILES = 4096
 _written = itertools.count()

@@ -314,6 +314,7 @@ _GENERATED = textwrap.dedent("""
     from onnx import TensorProto, helper
     import dynashape
     from dynashape import codegen
+    codegen.CACHED_SOURCE_CHARS = 0     # (every source through the cache: this model's are short)
     compiled = []
     real = compile
     codegen.compile = lambda *a: compiled.append(a[1]) or real(*a)
@@ -359,6 +360,19 @@ def test_a_damaged_or_foreign_bytecode_file_is_compiled_again(tmp_path):
 def test_generated_code_is_compiled_in_process_when_the_cache_is_off(tmp_path):
     values, compiled = _generated_in_subprocess("off").rsplit(" ", 1)
     assert values == "[[0.0, 2.0, 3.0], [4.0, 0.0, 6.0]]" and int(compiled) > 0
+
+
+def test_a_short_source_is_compiled_without_touching_the_cache(tmp_path, monkeypatch):
+    from dynashape import codegen
+    monkeypatch.setenv("DYNASHAPE_CACHE_DIR", str(tmp_path))
+    source = "def f(x):\n    return x + 1\n"
+    assert len(source) < codegen.CACHED_SOURCE_CHARS
+    assert codegen._compiled(source, "short-test") is codegen._compiled(source, "short-test")
+    assert not (tmp_path / "code").exists()
+    long_source = source + "".join(f"v{i} = {i}\n" for i in range(400))
+    assert len(long_source) >= codegen.CACHED_SOURCE_CHARS
+    codegen._compiled(long_source, "long-test")
+    assert len([f for f in (tmp_path / "code").rglob("*") if f.is_file()]) == 1
 
 
 def test_the_bytecode_cache_keeps_at_most_its_limit_of_files(tmp_path, monkeypatch):
