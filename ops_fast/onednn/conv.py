@@ -47,6 +47,10 @@ MAX_PRIMITIVES = 32
 #: 0.9 / 1.5 / 1.2-3.3 ms; 512 channels on a 2 x 2 image, whose weights want a layout of
 #: their own, 3.8 against 16 ms)
 NUMPY_FIRST_MACS = 1 << 23
+#: a weight of at most this many bytes is kept as given until its first primitive run (a larger
+#: one is released at the session's start: its convolutions rarely take the numpy path, whose
+#: multiply-adds are at most NUMPY_FIRST_MACS)
+KEEP_GIVEN_WEIGHTS_BYTES = 1 << 20
 
 
 def nchw(shape):
@@ -125,7 +129,7 @@ class PackedConv:
 
     opaque_to_tracing = True
     __slots__ = ("attrs", "group", "m", "c", "kernel", "bias", "post_ops", "epilogue", "residual", "weights",
-                 "_primitives", "_numpy_path", "__weakref__")
+                 "_primitives", "_numpy_path", "_given", "__weakref__")
 
     def __init__(self, ctx):
         w = ctx.value(1)
@@ -143,6 +147,10 @@ class PackedConv:
         #: (plain weights, {input shape: numpy conv plan}) while runs take the numpy path
         #: (new shapes whose primitives are being made): dropped at the next primitive run
         self._numpy_path: Optional[tuple] = None
+        #: the weights as the graph gave them, while small, for the numpy path of the first runs
+        #: (copying them back out of oneDNN's layout costs a ResNet's first run ~2-4 ms):
+        #: dropped at the first primitive run
+        self._given: Optional[np.ndarray] = w if w.dtype == F32 and w.nbytes <= KEEP_GIVEN_WEIGHTS_BYTES else None
         dims = self._weight_dims()
         # (a ResNet's blocks of one shape share one probe)
         probe_shape = self._probe_shape(ctx.shape(0))
@@ -229,7 +237,7 @@ class PackedConv:
         if made is None or made is tiered.UNAVAILABLE:
             self._run_numpy(x, y, z, x_nchw)
             return
-        self._numpy_path = None
+        self._numpy_path = self._given = None
         api.set_threads(threads)
         prim, weights = made
         values = [x, weights, y]
@@ -254,7 +262,9 @@ class PackedConv:
     def _run_numpy(self, x: np.ndarray, y: np.ndarray, z: Optional[np.ndarray], x_nchw: tuple) -> None:
         """The numpy convolution on the weights copied back into their plain layout."""
         if self._numpy_path is None:
-            self._numpy_path = (self._plain_weights().reshape((self.m, self.c // self.group) + self.kernel), {})
+            given = self._given
+            plain = given if given is not None else self._plain_weights()
+            self._numpy_path = (plain.reshape((self.m, self.c // self.group) + self.kernel), {})
         w, plans = self._numpy_path
         plan = plans.get(x_nchw)
         if plan is None:

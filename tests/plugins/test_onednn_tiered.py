@@ -166,9 +166,10 @@ def test_tiered_primitives_of_pools_and_transposes_agree_with_onnxruntime(tiers)
 @pytest.mark.parametrize("group,activation,residual", [(1, "Relu", True), (2, None, False), (8, "Relu", False)])
 def test_a_small_convolution_runs_numpy_on_the_unpacked_weights_until_its_primitive_is_made(
         tiers, group, activation, residual):
-    """A new image size of a convolution below NUMPY_FIRST_MACS: numpy on the weights copied
-    out of oneDNN's packed layout (bias, residual and activation as the fused node has them),
-    then the primitive; values as onnxruntime's both times, through three sizes."""
+    """A new image size of a convolution below NUMPY_FIRST_MACS: numpy (bias, residual and
+    activation as the fused node has them) on the weights as the model gave them before the
+    first primitive run, on the weights copied out of oneDNN's packed layout after it; then the
+    primitive; values as onnxruntime's every time, through three sizes."""
     from dynashape.ops_fast.onednn import conv
     c, m = 8, 16
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["cv"], pads=[1, 1, 1, 1], group=group)]
@@ -195,7 +196,7 @@ def test_a_small_convolution_runs_numpy_on_the_unpacked_weights_until_its_primit
     run_numpy = conv.PackedConv._run_numpy
 
     def counted(self, *args):
-        numpy_runs.append(args[-1])
+        numpy_runs.append((args[-1], self._given is not None))
         return run_numpy(self, *args)
     conv.PackedConv._run_numpy = counted
     try:
@@ -209,7 +210,9 @@ def test_a_small_convolution_runs_numpy_on_the_unpacked_weights_until_its_primit
                 np.testing.assert_allclose(y, reference.run(None, feeds)[0], rtol=1e-4, atol=1e-4)
     finally:
         conv.PackedConv._run_numpy = run_numpy
-    assert numpy_runs == [(1, c, 9, 7), (2, c, 5, 5)]     # each size's first run only
+    # each size's first run only: the first on the given weights, the next (after a primitive
+    # ran, which drops them) on the copy out of the packed layout
+    assert numpy_runs == [((1, c, 9, 7), True), ((2, c, 5, 5), False)]
 
 
 def test_a_blocked_layout_is_copied_into_the_plain_one_by_numpy():
