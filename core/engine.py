@@ -71,6 +71,8 @@ class Engine:
         allocator: ``"pool"`` or ``"naive"``.
         validate: validation mode (plans checked against per-node inference, memory checks).
         strict_dim_params: a symbol bound to two values is an error instead of a hint.
+        optimize / fold: the subgraphs' bodies run the graph rewrites / fold their constants
+            (:func:`dynashape.compilation.compile_graph`), as the session's graph does.
         plan_cache_size: signatures whose plans are kept (LRU).
         body_runner: makes the runner of a subgraph (an If/Loop/Scan body) with the program's
             settings: :class:`dynashape.subgraph.SubgraphRunner` (given by the session, the
@@ -80,12 +82,14 @@ class Engine:
     def __init__(self, pg: PreparedGraph, registry: Registry, input_dims: dict, input_dtypes: dict,
                  input_names: Sequence[str], allocator: str = "pool", *, validate: bool = False,
                  strict_dim_params: bool = False, plan_cache_size: int = 8, name: str = "model",
-                 input_values: Optional[dict] = None, optimize: bool = False, memory_limit: Optional[int] = None,
-                 shared: Optional[Any] = None, body_runner: Optional[Callable] = None):
+                 input_values: Optional[dict] = None, optimize: bool = False, fold: bool = True,
+                 memory_limit: Optional[int] = None, shared: Optional[Any] = None,
+                 body_runner: Optional[Callable] = None):
         self.pg = pg
         self.body_runner = body_runner
         self.memory_limit = memory_limit
         self.optimize = optimize   # subgraphs (If/Loop/Scan bodies) run the graph rewrites too
+        self.fold = fold           # and fold their constants as the session's graph does
         self.registry = registry
         self.input_dims = input_dims
         self.input_dtypes = input_dtypes
@@ -293,7 +297,7 @@ class Engine:
     def _compile(self, input_dims: dict, input_dtypes: Optional[dict] = None) -> Program:
         return Program(self.pg, self.registry, input_dims, input_dtypes or self.input_dtypes, self.allocator,
                        self.input_values, self.name, validate=self.validate, optimize=self.optimize,
-                       memory_limit=self.memory_limit, body_runner=self.body_runner)
+                       fold=self.fold, memory_limit=self.memory_limit, body_runner=self.body_runner)
 
     # --- dim_params as hints -------------------------------------------------------------
     def _bind(self, feeds: Sequence) -> tuple[Program, tuple]:

@@ -137,16 +137,19 @@ class Program:
         input_values: input slot -> value known when compiling (subgraph scopes), optional.
         memory_limit: bytes one tensor or one plan may take (``dynashape.limits``; default
             the machine's memory).
+        optimize / fold: what the bodies of its subgraphs get (``body_runner``): the graph
+            rewrites / constant folding, as the session's graph.
     """
 
     def __init__(self, pg: PreparedGraph, registry: Registry, input_dims: dict, input_dtypes: dict,
                  allocator: str = "pool", input_values: Optional[dict] = None, name: str = "graph",
                  validate: bool = False, optimize: bool = False, memory_limit: Optional[int] = None,
-                 body_runner: Optional[Callable] = None):
+                 body_runner: Optional[Callable] = None, fold: bool = True):
         self.pg = pg
         #: makes a subgraph's runner (``SubgraphRunner``'s signature; :meth:`_compile_body`)
         self.body_runner = body_runner
         self.optimize = optimize
+        self.fold = fold
         #: the bytes one tensor or one plan may take (``dynashape.limits``)
         self.memory_limit = memory_limit if memory_limit is not None else resolve_memory_limit(None)
         self.registry = registry
@@ -772,7 +775,8 @@ class Program:
             dtypes[name] = self.sg.dtypes[slot]
         return self.body_runner(graph, self.pg.opsets, self.registry, allocator=self.allocator,
                                 outer_dims=dims, outer_dtypes=dtypes, outer_constants=constants,
-                                validate=self.validate, optimize=self.optimize, memory_limit=self.memory_limit)
+                                validate=self.validate, optimize=self.optimize, fold=self.fold,
+                                memory_limit=self.memory_limit)
 
     # --- reports -------------------------------------------------------------------------
     def describe(self) -> dict:

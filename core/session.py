@@ -23,15 +23,14 @@ from .errors import (DimParamMismatch, InputDtypeMismatch, InputFixedDimMismatch
                      InputRankMismatch, InvalidArgumentError, InvalidFeedError, MapItemTypeError, OutputNameError,
                      RunTerminated)
 from .executor import Arena, RunStats
-from .graph import PreparedGraph, as_graph, input_dims, prepare_graph, release_unread_constants
-from .inference import fold_constants
+from .compilation import compile_graph
+from .graph import input_dims
 from .limits import resolve_memory_limit
 from .model import FIXED, SYMBOLIC, Graph, Model, ModelMetadata, ValueInfo, load_model, model_metadata, session_copy
 from .free_dims import apply_free_dimension_overrides
 from . import compiled as compiled_models
 from . import gcpause
 from .compiled import CompiledModel
-from .optimize import optimize_graph
 from .options import (RunOptions, SessionOptions, check_provider_names, load_config_from_model_enabled,
                       options_from_model, resolve_providers, session_settings, warn_once)
 from .ortvalue import OrtValue
@@ -39,7 +38,6 @@ from .plan import Plan
 from .profiling import Profiler
 from .program import Program
 from .registry import get_registry
-from .rewrite import RewriteReport
 from .subgraph import SubgraphRunner
 from .symbolic_inference import SymbolicGraph
 from .threads import BlasThreads, waiting_for_compiled_kernels
@@ -405,8 +403,8 @@ class InferenceSession:
         self.engine = Engine(self.graph, self.registry, dims, dtypes, [vi.name for vi in self._inputs],
                              self.allocator, validate=self.validate_memory, strict_dim_params=self.strict_dim_params,
                              plan_cache_size=plan_cache_size, name=self.model.graph.name or "model",
-                             optimize=self.optimize, memory_limit=self.memory_limit, shared=self._compiled,
-                             body_runner=SubgraphRunner)
+                             optimize=self.optimize, fold=settings.fold_constants, memory_limit=self.memory_limit,
+                             shared=self._compiled, body_runner=SubgraphRunner)
         self.engine.profiler = self._profiler
         self.engine.quiet = settings.quiet
         # the constants a kernel's prepacked form replaced (program.py, _release_prepacked)
@@ -428,22 +426,10 @@ class InferenceSession:
 
     def _compile_graph(self, settings) -> CompiledModel:
         """Prepare, fold and rewrite the model's graph (what sessions of one model share)."""
-        graph: PreparedGraph = prepare_graph(self.model, self.registry)
-        override_base: Optional[Graph] = None
-        folded = 0
-        if settings.fold_constants and self._overridable:
-            folded = fold_constants(graph, self.registry, memory_limit=self.memory_limit,
-                                    exclude={graph.slot[n] for n in self._overridable})
-        if self._overridable:
-            override_base = as_graph(graph, keep=self._overridable)
-        if settings.fold_constants:
-            folded += fold_constants(graph, self.registry, memory_limit=self.memory_limit)
-        rewrites = RewriteReport.unchanged(len(graph.nodes))
-        if self.optimize:
-            graph, rewrites = optimize_graph(graph, self.registry, *input_dims(graph, self._inputs),
-                                             memory_limit=self.memory_limit)
-        release_unread_constants(graph, keep=self._overridable)
-        return CompiledModel(graph, rewrites, folded, override_base)
+        c = compile_graph(self.model, self.registry, self._inputs, fold=settings.fold_constants,
+                          optimize=self.optimize, memory_limit=self.memory_limit, overridable=self._overridable,
+                          release_unread=True)
+        return CompiledModel(c.graph, c.rewrites, c.folded_nodes, c.override_base)
 
     # description ------------------------------------------------------------
     @property

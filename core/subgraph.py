@@ -17,13 +17,11 @@ import numpy as np
 
 from .dtypes import type_key
 from . import gcpause
+from .compilation import compile_graph
 from .engine import Engine
-from .graph import prepare_graph
-from .inference import fold_constants
-from .model import Graph, input_dim_exprs
-from .optimize import optimize_graph
-from .rewrite import RewriteReport
+from .model import Graph
 from .registry import Registry
+from .rewrite import RewriteReport
 
 __all__ = ["SubgraphRunner"]
 
@@ -41,7 +39,8 @@ class SubgraphRunner:
         allocator: ``"pool"`` or ``"naive"`` (the session's).
         outer_dims / outer_dtypes: dims and dtypes of the outer values it reads.
         outer_constants: outer values that are constants of the enclosing graph.
-        optimize: run the registry's graph rewrites on the body (the session's setting).
+        optimize / fold: run the registry's graph rewrites / fold constant-only nodes of the
+            body (the session's settings).
     """
 
     opaque_to_tracing = True
@@ -49,7 +48,7 @@ class SubgraphRunner:
     def __init__(self, graph: Graph, opsets: Mapping[str, int], registry: Registry, allocator: str = "pool",
                  outer_dims: Optional[dict] = None, outer_dtypes: Optional[dict] = None,
                  outer_constants: Optional[dict] = None, validate: bool = False, plan_cache_size: int = 16,
-                 optimize: bool = False, memory_limit: Optional[int] = None):
+                 optimize: bool = False, memory_limit: Optional[int] = None, fold: bool = True):
         self.graph = graph
         self.registry = registry
         self.outer = tuple(sorted(graph.outer_names()))
@@ -60,7 +59,7 @@ class SubgraphRunner:
         self.output_names = [v.name for v in graph.outputs]
         self._all_outputs = list(range(len(graph.outputs)))
         self._settings = (dict(opsets), allocator, outer_dims or {}, outer_dtypes or {}, validate, plan_cache_size,
-                          optimize, memory_limit)
+                          optimize, fold, memory_limit)
         self._engine: Optional[Engine] = None
         self._prepared = self._rewrites = None     # (set with the engine by _compile)
         self._lock = threading.Lock()
@@ -92,39 +91,18 @@ class SubgraphRunner:
         with self._lock:
             if self._engine is not None:
                 return self._engine
-            opsets, allocator, outer_dims, outer_dtypes, validate, plan_cache_size, optimize, memory_limit = \
+            opsets, allocator, outer_dims, outer_dtypes, validate, plan_cache_size, optimize, fold, memory_limit = \
                 self._settings
-            graph, registry, constants = self.graph, self.registry, self._constants
-            pg = prepare_graph(graph, registry, opsets, outer=self.outer, outer_constants=constants)
-            fold_constants(pg, registry, memory_limit=memory_limit)
-            taken = set(pg.names)
-            dims, dtypes = {}, {}
-            for vi in graph.inputs:
-                dims[pg.slot[vi.name]] = input_dim_exprs(vi, taken)
-                dtypes[pg.slot[vi.name]] = vi.dtype
-            for name in self.outer_inputs:
-                dims[pg.slot[name]] = outer_dims.get(name)
-                dtypes[pg.slot[name]] = outer_dtypes.get(name)
-            self._rewrites = RewriteReport.unchanged(len(pg.nodes))
-            if optimize:
-                pg, dims, dtypes = self._optimized(pg, dims, dtypes, opsets, constants, memory_limit)
-            self._prepared = pg
-            self._engine = Engine(pg, registry, dims, dtypes, self.input_names, allocator, validate=validate,
-                                  plan_cache_size=plan_cache_size, name=f"body-{graph.name or 'subgraph'}",
-                                  optimize=optimize, memory_limit=memory_limit, body_runner=SubgraphRunner)
+            outer_types = {name: (outer_dims.get(name), outer_dtypes.get(name)) for name in self.outer_inputs}
+            c = compile_graph(self.graph, self.registry, self.graph.inputs, opsets=opsets, outer=self.outer,
+                              outer_constants=self._constants, outer_types=outer_types, fold=fold,
+                              optimize=optimize, memory_limit=memory_limit)
+            self._prepared, self._rewrites = c.graph, c.rewrites
+            self._engine = Engine(c.graph, self.registry, c.dims, c.dtypes, self.input_names, allocator,
+                                  validate=validate, plan_cache_size=plan_cache_size,
+                                  name=f"body-{self.graph.name or 'subgraph'}", optimize=optimize, fold=fold,
+                                  memory_limit=memory_limit, body_runner=SubgraphRunner)
             return self._engine
-
-    def _optimized(self, pg, dims: dict, dtypes: dict, opsets, constants: dict, memory_limit) -> tuple:
-        """The body after the graph rewrites, with its input dims by the new slots."""
-        def reprepare(graph: Graph):
-            return prepare_graph(graph, self.registry, dict(opsets), outer=self.outer, outer_constants=constants)
-        new_pg, self._rewrites = optimize_graph(pg, self.registry, dims, dtypes, reprepare,
-                                                memory_limit=memory_limit)
-        if new_pg is pg:
-            return pg, dims, dtypes
-        by_name = {pg.names[s]: s for s in dims}
-        return (new_pg, {new_pg.slot[n]: dims[s] for n, s in by_name.items()},
-                {new_pg.slot[n]: dtypes[s] for n, s in by_name.items()})
 
     @property
     def program(self):

@@ -61,8 +61,7 @@ def test_concurrent_pauses_end_with_the_last(collector_on):
 
 
 def test_a_session_and_a_subgraph_body_compile_with_the_collector_off(collector_on, monkeypatch):
-    from dynashape import session as session_module
-    from dynashape import subgraph as subgraph_module
+    from dynashape import compilation
     seen = []
 
     def recording(prepare):
@@ -70,8 +69,7 @@ def test_a_session_and_a_subgraph_body_compile_with_the_collector_off(collector_
             seen.append(gc.isenabled())
             return prepare(*args, **kwargs)
         return prepare_graph
-    monkeypatch.setattr(session_module, "prepare_graph", recording(session_module.prepare_graph))
-    monkeypatch.setattr(subgraph_module, "prepare_graph", recording(subgraph_module.prepare_graph))
+    monkeypatch.setattr(compilation, "prepare_graph", recording(compilation.prepare_graph))
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])
     c = helper.make_tensor_value_info("c", TensorProto.BOOL, [])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])

@@ -273,3 +273,53 @@ def test_a_rule_broken_by_its_attributes_fails_when_the_session_is_made():
     with pytest.raises(dynashape.ShapeInferenceError):
         sess.run(None, {"x": np.zeros((2, 3), np.float32), "s": np.array([4, 2])})
     assert sess.run(None, {"x": np.zeros((2, 3), np.float32), "s": np.array([3, 2])})[0].shape == (3, 2)
+
+
+# one compile path for the graph and its bodies --------------------------------------------
+
+def _if_with_a_constant_branch():
+    """If(c): then = x + (2 * 3), the product constant-only; else = -x."""
+    f = TensorProto.FLOAT
+    then = helper.make_graph(
+        [helper.make_node("Constant", [], ["two"], value=numpy_helper.from_array(np.array(2.0, np.float32))),
+         helper.make_node("Constant", [], ["three"], value=numpy_helper.from_array(np.array(3.0, np.float32))),
+         helper.make_node("Mul", ["two", "three"], ["six"], name="six"),
+         helper.make_node("Add", ["x", "six"], ["t"])],
+        "then", [], [helper.make_tensor_value_info("t", f, ["n"])])
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [],
+                              [helper.make_tensor_value_info("e", f, ["n"])])
+    g = helper.make_graph([helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)], "g",
+                          [helper.make_tensor_value_info("x", f, ["n"]),
+                           helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                          [helper.make_tensor_value_info("y", f, ["n"])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+@pytest.mark.parametrize("level,folds", [(dynashape.GraphOptimizationLevel.ORT_ENABLE_ALL, True),
+                                         (dynashape.GraphOptimizationLevel.ORT_DISABLE_ALL, False)])
+def test_the_session_and_its_subgraph_bodies_compile_through_one_path_with_one_setting(monkeypatch, level, folds):
+    """The main graph and an If branch both go through compilation.compile_graph with the
+    session's settings: the branch's constant-only Mul is folded unless the graph
+    optimisation level is ORT_DISABLE_ALL (as onnxruntime, which optimises no subgraph then),
+    with the same results either way."""
+    from dynashape import compilation, session, subgraph
+    calls = []
+    real = compilation.compile_graph
+
+    def recording(source, *args, **kwargs):
+        c = real(source, *args, **kwargs)
+        calls.append((type(source).__name__, kwargs["fold"], kwargs["memory_limit"],
+                      [pn.node.name for pn in c.graph.nodes]))
+        return c
+    monkeypatch.setattr(session, "compile_graph", recording)
+    monkeypatch.setattr(subgraph, "compile_graph", recording)
+    so = dynashape.SessionOptions()
+    so.graph_optimization_level = level
+    sess = dynashape.InferenceSession(_if_with_a_constant_branch(), so, memory_limit="64MiB")
+    x = np.array([1.0, -2.0], np.float32)
+    np.testing.assert_array_equal(sess.run(None, {"x": x, "c": np.array(True)})[0], [7.0, 4.0])
+    np.testing.assert_array_equal(sess.run(None, {"x": x, "c": np.array(False)})[0], [-1.0, 2.0])
+    assert [(kind, fold, limit) for kind, fold, limit, _ in calls] == [("Model", folds, 64 << 20)] + \
+        [("Graph", folds, 64 << 20)] * 2
+    then_nodes = calls[1][3]
+    assert ("six" in then_nodes) is not folds
