@@ -10,6 +10,7 @@ are correct and overlap. A run that raises leaves the session as it was.
 from __future__ import annotations
 
 import os
+import sys
 import time
 import warnings
 from dataclasses import dataclass, replace
@@ -33,7 +34,6 @@ from . import gcpause
 from .compiled import CompiledModel
 from .options import (RunOptions, SessionOptions, check_provider_names, load_config_from_model_enabled,
                       options_from_model, resolve_providers, session_settings, warn_once)
-from .ortvalue import OrtValue
 from .plan import Plan
 from .profiling import Profiler
 from .program import Program
@@ -138,7 +138,9 @@ def feed_array(vi: ValueInfo, value: Any) -> np.ndarray:
         InputDtypeMismatch: values of a kind that does not convert to the declared type
             (for a sequence: naming the element).
     """
-    if isinstance(value, OrtValue):
+    # (an OrtValue's module is imported by then: a session that never meets one never imports it)
+    ortvalue = sys.modules.get(f"{__package__}.ortvalue")
+    if ortvalue is not None and isinstance(value, ortvalue.OrtValue):
         value = _unwrap(value)
     if vi.value_type is not None:
         return container_feed(vi.name, vi.value_type, value)
