@@ -13,6 +13,9 @@ from .common import FLOATS, PRIORITY, contiguous, lazy_import
 from .tiering import compiled_ready
 
 lib = OpLibrary()
+#: rows shorter than this run one compiled call per array (max, exp and sum per row): numpy's
+#: SIMD exp pays from about here (a 1 x 3 softmax: ~2 us for the three passes' calls)
+SHORT_ROW = 8
 #: the loops (:mod:`.loops.softmax`), imported by the first call of one
 loops = lazy_import(".loops.softmax", __package__)
 
@@ -20,13 +23,17 @@ loops = lazy_import(".loops.softmax", __package__)
 @lib.kernel("Softmax", dtypes=FLOATS, priority=PRIORITY, prepare=reduction._softmax_prepare,
             may_inplace=((0, 0),))
 def _softmax(inputs, outputs, plan):
-    """x - row max (compiled), numpy's SIMD exp in place, then sum and scale (compiled)."""
+    """x - row max (compiled), numpy's SIMD exp in place, then sum and scale (compiled); rows
+    shorter than SHORT_ROW in one compiled call."""
     x, out = inputs[0], outputs[0]
     shape = plan.shape2 or x.shape
     if (plan.work is None and x.size and plan.axis == len(shape) - 1 and x.dtype == out.dtype
             and contiguous(x, out) and compiled_ready()):
         n = shape[-1]
         rows = out.reshape(-1, n)
+        if n < SHORT_ROW:
+            loops.softmax_short_rows(x.reshape(-1, n), rows)
+            return
         loops.sub_row_max(x.reshape(-1, n), rows)
         np.exp(rows, out=rows)
         loops.normalize_rows(rows)

@@ -1,12 +1,12 @@
 """The loops of Softmax (last axis) and FusedAttention's scores: the row max (16 lanes), the
-attention scores' scale / mask / max pass, the normalisation; the kernels are
-:mod:`dynashape.ops_fast.softmax`."""
+attention scores' scale / mask / max pass, the normalisation, and short rows' softmax in one
+call; the kernels are :mod:`dynashape.ops_fast.softmax`."""
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
 
-from .common import MAX_JIT, SUM_JIT
+from .common import JIT, MAX_JIT, SUM_JIT
 
 
 @njit(inline="always", **MAX_JIT)
@@ -71,3 +71,23 @@ def normalize_rows(e):
         inv = 1 / s
         for j in range(n):
             e[r, j] = e[r, j] * inv
+
+
+@njit(**JIT)
+def softmax_short_rows(x, out):
+    """out = softmax of each row of x (rows, n), out may alias x: the max, exp and sum of a row
+    in one call (a classifier's few classes, where three passes and numpy's exp cost more in
+    calls than in arithmetic); a row holding a NaN or +inf is NaN, as in the passes."""
+    rows, n = x.shape
+    for r in range(rows):
+        m = x[r, 0]
+        for j in range(1, n):
+            m = x[r, j] if x[r, j] > m else m
+        s = 0.0
+        for j in range(n):
+            e = np.exp(x[r, j] - m)
+            out[r, j] = e
+            s += e
+        inv = 1 / s
+        for j in range(n):
+            out[r, j] = out[r, j] * inv

@@ -119,8 +119,9 @@ def test_rms_normalization_by_hand_and_in_double():
 @pytest.mark.parametrize("axis,opset", [(-1, 13), (1, 13), (1, 11), (2, 11)])
 def test_softmax(axis, opset):
     m = _model([helper.make_node("Softmax", ["x"], ["y"], axis=axis)], [("x", ["n", 3, "t"])], opset=opset)
-    feeds = [{"x": _rand(n, 3, t) * 4} for n, t in ((1, 1), (2, 17), (3, 40))]
+    feeds = [{"x": _rand(n, 3, t) * 4} for n, t in ((1, 1), (2, 17), (3, 40), (2, 5))]
     feeds.append({"x": np.array([[[1.0, np.nan, 2.0]] * 3], np.float32)})
+    feeds.append({"x": np.array([[[1.0, np.inf, 2.0], [-np.inf] * 3, [-np.inf, 0.0, 1.0]]], np.float32)})
     fast_ops = {"Softmax"} if (axis == -1 or opset == 11) else set()
     _check(m, feeds, fast_ops=fast_ops, nan=True)
 

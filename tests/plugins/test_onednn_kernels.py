@@ -825,15 +825,16 @@ def test_a_softmax_row_with_a_nan_or_inf_is_nan_as_in_onnxruntime(monkeypatch):
 
 @pytest.mark.parametrize("numba_up", [True, False])
 def test_a_small_softmax_takes_numbas_loops_only_where_numba_is_up(numba_up, monkeypatch):
-    """Below MIN_ELEMENTS, or rows shorter than SOFTMAX_MIN_ROW (8), no primitive: numba's three
-    passes where numba is already up in the process (it is not started for them), else the
-    numpy body; both equal onnxruntime."""
+    """Below MIN_ELEMENTS, or rows shorter than SOFTMAX_MIN_ROW (8), no primitive: numba's loop
+    (one call for rows this short) where numba is already up in the process (it is not started
+    for them), else the numpy body; both equal onnxruntime."""
     from dynashape.ops_fast import softmax as fast_softmax
     from dynashape.ops_fast.onednn import rowwise
     pytest.importorskip("numba")
     rows = []
-    loop = fast_softmax.loops.sub_row_max
-    monkeypatch.setattr(fast_softmax.loops, "sub_row_max", lambda x, y: (rows.append(x.shape[0]), loop(x, y))[1])
+    loop = fast_softmax.loops.softmax_short_rows
+    monkeypatch.setattr(fast_softmax.loops, "softmax_short_rows",
+                        lambda x, y: (rows.append(x.shape[0]), loop(x, y))[1])
     monkeypatch.setattr(rowwise.NUMBA, "is_ready", numba_up and rowwise.NUMBA.wait())
     m = _model([helper.make_node("Softmax", ["x"], ["y"], axis=-1)], [("x", ["a", 3])])
     feeds = [{"x": _rand(a, 3, scale=4.0)} for a in (1, 5, 0, 900)]      # (900 x 3: rows too short)
