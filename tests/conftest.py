@@ -187,6 +187,58 @@ def spec_run(model, feeds: dict, output_names=None) -> list[np.ndarray]:
     return ReferenceEvaluator(model).run(output_names, feeds)
 
 
+def spec_node_outputs(op: str, inputs, attrs: dict | None = None, *, opset: int, n_outputs: int = 1,
+                      domain: str = "", declare_shapes: bool = True) -> list:
+    """onnx.reference's outputs of one ``op`` node (None: an absent optional input; object arrays: strings)."""
+    from onnx import TensorProto, helper
+    from onnx.reference import ReferenceEvaluator
+
+    names = ["" if x is None else f"in{i}" for i, x in enumerate(inputs)]
+    outs = [f"out{i}" for i in range(n_outputs)]
+    feeds = {n: x for n, x in zip(names, inputs) if n}
+
+    def elem(x) -> int:
+        dt = np.asarray(x).dtype
+        return TensorProto.STRING if dt.kind in "OUS" else helper.np_dtype_to_tensor_dtype(dt)
+
+    graph = helper.make_graph(
+        [helper.make_node(op, names, outs, domain=domain, **(attrs or {}))], "g",
+        [helper.make_tensor_value_info(n, elem(x), np.shape(x) if declare_shapes else None) for n, x in feeds.items()],
+        [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outs])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid(domain, opset)])
+    return ReferenceEvaluator(model).run(None, feeds)
+
+
+def spec_versions(op: str, domain: str = "") -> list[int]:
+    """The since_versions onnx defines for ``op`` of ``domain``, sorted."""
+    import onnx.defs
+
+    return sorted({s.since_version for s in onnx.defs.get_all_schemas_with_history()
+                   if s.name == op and s.domain == domain})
+
+
+def symbolic_context(op: str, shapes, dtypes=None, values=None, attrs: dict | None = None, *, opset: int,
+                     n_outputs: int = 1, domain: str = ""):
+    """(InferContext, resolved OpDef) of one symbolic ``op`` node; an input whose shape and dtype are None is absent."""
+    from dynashape.model import Node
+    from dynashape.records import InferContext
+    from dynashape.registry import get_registry
+
+    dtypes = [np.float32] * len(shapes) if dtypes is None else dtypes
+    dtypes = [None if d is None else np.dtype(d) for d in dtypes]
+    names = tuple("" if s is None and d is None else f"in{i}" for i, (s, d) in enumerate(zip(shapes, dtypes)))
+    node = Node(f"{op}_sym", op, domain, names, tuple(f"out{i}" for i in range(n_outputs)), dict(attrs or {}))
+    values = [None] * len(shapes) if values is None else list(values)
+    ctx = InferContext(node, opset, list(shapes), dtypes, values, symbolic=True)
+    return ctx, get_registry().resolve_op(domain, op, opset)
+
+
+def symbolic_infer(*args, **kwargs):
+    """(output shapes, OpDef, InferContext): ``infer_shape`` on ``symbolic_context(*args, **kwargs)``."""
+    ctx, opdef = symbolic_context(*args, **kwargs)
+    return list(opdef.infer_shape(ctx)), opdef, ctx
+
+
 def _ort_u8s8_saturates() -> bool:
     """Whether onnxruntime's uint8 x int8 integer kernels saturate on this CPU: without
     AVX-VNNI, MLAS adds each pair of uint8*int8 products in int16 with saturation

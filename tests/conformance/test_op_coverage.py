@@ -2,10 +2,11 @@
 (so the backend node tests for it are included, never silently dropped)."""
 from __future__ import annotations
 
-import onnx.defs
 import pytest
 
 from dynashape import get_registry
+
+from tests.conftest import spec_versions
 
 ISSUE_2_OPS = """Shape Gather Squeeze Unsqueeze Concat Cast Identity Reshape Constant Slice Add Sub Mul Div
 MatMul Gemm Relu""".split()
@@ -19,14 +20,9 @@ HardSwish LeakyRelu Mish NonZero OneHot Or PRelu ReduceMin ReduceProd ReduceSum 
 ScatterElements ScatterND Selu Softplus Sum Mean TopK Trilu Xor DepthToSpace SpaceToDepth Loop""".split()
 
 
-def _spec_versions(op_type: str) -> list[int]:
-    return sorted({s.since_version for s in onnx.defs.get_all_schemas_with_history()
-                   if s.name == op_type and s.domain == ""})
-
-
 @pytest.mark.parametrize("op_type", sorted(set(ISSUE_2_OPS + ISSUE_3_OPS)))
 def test_every_spec_version_is_registered(op_type):
     registered = {o.since_version for o in get_registry().schemas("", op_type)}
-    missing = [v for v in _spec_versions(op_type) if v not in registered]
+    missing = [v for v in spec_versions(op_type) if v not in registered]
     assert not missing, f"{op_type}: spec versions {missing} are not registered"
     assert get_registry().kernels("", op_type), f"{op_type} has no kernel"

@@ -7,15 +7,12 @@ import dynashape
 import ml_dtypes
 import numpy as np
 import pytest
-from dynashape.model import Node
-from dynashape.records import InferContext
 from dynashape.registry import get_registry
 from dynashape.symbolic import sym
 from dynashape.testing import run_node
-from onnx import TensorProto, helper
-from onnx.reference import ReferenceEvaluator
 
-from tests.conftest import assert_broadcast_mismatch, assert_runs_match_ort, one_node_model
+from tests.conftest import (assert_broadcast_mismatch, assert_runs_match_ort, one_node_model, spec_node_outputs,
+                            symbolic_context)
 
 #: onnxruntime < 1.24 does not load opset-24 models (Swish): compared with the ONNX spec there;
 #: https://github.com/microsoft/onnxruntime/pull/25678
@@ -25,21 +22,9 @@ BF16 = np.dtype(ml_dtypes.bfloat16)
 RNG = np.random.default_rng(1)
 
 
-def reference(op_type, inputs, attrs=None, opset=22):
-    names = [f"x{i}" for i in range(len(inputs))]
-    node = helper.make_node(op_type, names, ["y"], **(attrs or {}))
-    graph = helper.make_graph(
-        [node], "g",
-        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)
-         for n, x in zip(names, inputs)],
-        [helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    return ReferenceEvaluator(model).run(None, dict(zip(names, inputs)))[0]
-
-
 def check(op_type, inputs, attrs=None, opset=22, rtol=1e-5, atol=1e-6):
     (got,) = run_node(op_type, inputs, attrs, opset=opset)
-    want = np.asarray(reference(op_type, inputs, attrs, opset))
+    want = np.asarray(spec_node_outputs(op_type, inputs, attrs, opset=opset)[0])
     assert got.dtype == want.dtype and got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
     return got
@@ -80,7 +65,7 @@ def test_activation_low_precision(op, dtype):
     xl = x.astype(dtype)
     (got,) = run_node(op, [xl], opset=22)
     assert got.dtype == np.dtype(dtype)
-    want = reference(op, [xl.astype(np.float32)], opset=22)
+    (want,) = spec_node_outputs(op, [xl.astype(np.float32)], opset=22)
     np.testing.assert_allclose(got.astype(np.float32), want, rtol=2e-2, atol=1e-2)
 
 
@@ -157,9 +142,7 @@ def test_dtype_errors_and_symbolic_shape():
     with pytest.raises(dynashape.ShapeInferenceError, match="floating-point"):
         run_node("Sigmoid", [np.array([1, 2], np.int32)])
     n = sym("N")
-    node = Node("n", "Gelu", "", ("x",), ("y",), {})
-    ctx = InferContext(node, 20, [(n, 768)], [np.dtype(np.float32)], [None], symbolic=True)
-    op = get_registry().resolve_op("", "Gelu", 20)
+    ctx, op = symbolic_context("Gelu", [(n, 768)], opset=20)
     assert op.infer_shape(ctx) == [(n, 768)]
     assert op.infer_dtype(ctx) == [np.dtype(np.float32)]
 

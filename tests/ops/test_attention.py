@@ -12,14 +12,12 @@ from __future__ import annotations
 import dynashape
 import ml_dtypes
 import numpy as np
-import onnx
-import onnx.reference
 import pytest
 from dynashape.errors import ExecutionError, ShapeInferenceError
 from dynashape.testing import infer_node, run_node
 from onnx import TensorProto, helper
 
-from tests.conftest import one_node_model, ort_or_spec, ort_predates, ort_run
+from tests.conftest import one_node_model, ort_or_spec, ort_predates, ort_run, spec_run
 
 rng = np.random.default_rng(7)
 ALLOCATORS = ["pool", "naive"]
@@ -63,10 +61,6 @@ def f32(*shape, dtype=np.float32):
 def _quiet_ort():
     ort = pytest.importorskip("onnxruntime")
     ort.set_default_logger_severity(3)
-
-
-def reference_run(model, feeds):
-    return onnx.reference.ReferenceEvaluator(model).run(None, feeds)
 
 
 def assert_close(got, want, tol=1e-5, what=""):
@@ -143,7 +137,7 @@ def test_attention_short_and_rank1_masks_match_reference(mask_shape, mask_dtype)
     those and rank-1 masks, onnx.reference implements the spec."""
     q, k, v = f32(2, 4, 3, 8), f32(2, 2, 5, 8), f32(2, 2, 5, 8)
     mask = f32(*mask_shape) if mask_dtype == np.float32 else rng.random(mask_shape) < 0.7
-    node_check("Attention", [q, k, v, mask], {}, 23, want=reference_run)
+    node_check("Attention", [q, k, v, mask], {}, 23, want=spec_run)
 
 
 def test_attention_mask_broadcast_along_queries_with_causal():
@@ -154,7 +148,7 @@ def test_attention_mask_broadcast_along_queries_with_causal():
     (got,) = run_node("Attention", [q, k, v, mask], {"is_causal": 1}, opset=23)
     full = np.broadcast_to(mask, (1, 4, 3, 5)).copy()
     model, feeds = one_node_model("Attention", [q, k, v, full], {"is_causal": 1}, 23)
-    assert_close([got], reference_run(model, feeds))
+    assert_close([got], spec_run(model, feeds))
 
 
 @pytest.mark.parametrize("mode", [0, 1, 2, 3])
@@ -166,11 +160,11 @@ def test_attention_qk_matmul_output_modes(mode, softcap):
     q, k, v = f32(2, 4, 3, 8), f32(2, 2, 5, 8), f32(2, 2, 5, 6)
     mask = rng.random((3, 5)) < 0.6
     attrs = {"qk_matmul_output_mode": mode, "softcap": softcap, "scale": 0.3}
-    want = reference_run if mode == 2 else ort_or_spec(ORT_ATTENTION_QK_OUTPUT)
+    want = spec_run if mode == 2 else ort_or_spec(ORT_ATTENTION_QK_OUTPUT)
     if mode == 0 and softcap and ort_predates(ORT_ATTENTION_QK_OUTPUT):
         def want(model, feeds):  # onnx.reference softcaps mode 0's output: Q K^T * scale by hand
             qk = 0.3 * q @ np.repeat(k, 2, axis=1).swapaxes(-1, -2)
-            return reference_run(model, feeds)[:3] + [qk]
+            return spec_run(model, feeds)[:3] + [qk]
     node_check("Attention", [q, k, v, mask], attrs, 23, n_outputs=4, want=want)
 
 
@@ -214,7 +208,7 @@ def test_attention_fully_masked_rows_are_zero():
     assert not y[0].any() and np.isfinite(y).all()
     model, feeds = one_node_model("Attention", [q, k, v, None, None, None, np.array([0, 4], np.int64)],
                                   {"is_causal": 1}, 24)
-    assert_close([y], reference_run(model, feeds))
+    assert_close([y], spec_run(model, feeds))
 
 
 @pytest.mark.parametrize("allocator", ALLOCATORS)
@@ -225,7 +219,7 @@ def test_attention_symbolic_mask_padded_and_too_long(allocator):
     model, _ = one_node_model("Attention", ins, {}, 23, dims=dims, node_name="attn")
     runs = [feeds_of([f32(b, 2, s, 4), f32(b, 2, t, 4), f32(b, 2, t, 4), rng.random((s, m)) < 0.7])
             for b, s, t, m in ((1, 2, 3, 3), (2, 3, 5, 2), (1, 1, 4, 4))]
-    sess = session_runs(model, runs, reference_run, allocator)
+    sess = session_runs(model, runs, spec_run, allocator)
     with pytest.raises(ShapeInferenceError, match="attn_mask's last dim 6 exceeds the total sequence length 5") as info:
         sess.run(None, feeds_of([f32(1, 2, 2, 4), f32(1, 2, 5, 4), f32(1, 2, 5, 4), np.ones((2, 6), bool)]))
     assert info.value.node == "attn" and info.value.kind == "InvalidShape"
@@ -247,7 +241,7 @@ def test_attention_3d_cross_attention_symbolic(allocator):
 def test_attention_dtypes():
     q, k, v = f32(2, 4, 3, 8), f32(2, 2, 5, 8), f32(2, 2, 5, 6)
     node_check("Attention", [q.astype(np.float64), k.astype(np.float64), v.astype(np.float64)], {"is_causal": 1}, 23,
-               want=reference_run, tol=1e-12)
+               want=spec_run, tol=1e-12)
     half = [x.astype(np.float16) for x in (q, k, v)]
     node_check("Attention", half, {"softmax_precision": 1, "qk_matmul_output_mode": 3}, 23, n_outputs=4, tol=3e-3,
                want=ort_or_spec(ORT_ATTENTION_PRESENT_WITHOUT_PAST))
@@ -416,9 +410,9 @@ def test_swiglu_symbolic_matches_reference(allocator):
     """onnxruntime has no SwiGLU-28 kernel: compare with onnx.reference."""
     model, _ = one_node_model("SwiGLU", [f32(2, 3), f32(2, 3)], {"alpha": 1.702}, 28, dims=[["N", "C"], ["N", "C"]])
     runs = [feeds_of([f32(n, c) * 4, f32(n, c)]) for n, c in ((2, 3), (5, 1), (0, 4))]
-    sess = session_runs(model, runs, reference_run, allocator)
+    sess = session_runs(model, runs, spec_run, allocator)
     assert sess.get_inferred_outputs()[0].shape == ["N", "C"]
-    node_check("SwiGLU", [f32(3, 4, dtype=np.float16), f32(3, 4, dtype=np.float16)], {}, 28, want=reference_run,
+    node_check("SwiGLU", [f32(3, 4, dtype=np.float16), f32(3, 4, dtype=np.float16)], {}, 28, want=spec_run,
                tol=2e-3)
     (y,) = run_node("SwiGLU", [np.array([-1000.0, 0.0, 1000.0], np.float32), np.ones(3, np.float32)], opset=28)
     np.testing.assert_array_equal(y, [0.0, 0.0, 1000.0])  # no overflow in the sigmoid
@@ -478,7 +472,7 @@ def test_linear_attention_state_dtype():
     ins[3] = f32(2, 2, 3, 5)
     ins = ins[:5]
     attrs = {"q_num_heads": 4, "kv_num_heads": 2, "update_rule": "gated"}
-    out, state = node_check("LinearAttention", ins, attrs, 27, n_outputs=2, want=reference_run, tol=3e-3)
+    out, state = node_check("LinearAttention", ins, attrs, 27, n_outputs=2, want=spec_run, tol=3e-3)
     assert out.dtype == np.float16 and state.dtype == np.float32
     _, dtypes = infer_node("LinearAttention", ins[:3], {**attrs, "update_rule": "linear"}, opset=27, n_outputs=2)
     assert dtypes == [np.float16, np.float16]
@@ -603,7 +597,7 @@ def test_flex_attention_symbolic_matches_reference(mods, allocator):
     model = flex_model([["B", 4, "L", 8], ["B", 2, "S", 8], ["B", 2, "S", 6]], {"scale": 0.3}, score, prob)
     runs = [{"Q": f32(b, 4, lq, 8), "K": f32(b, 2, s, 8), "V": f32(b, 2, s, 6)} for b, lq, s in ((2, 3, 5), (1, 4, 4),
                                                                                               (3, 1, 7))]
-    sess = session_runs(model, runs, reference_run, allocator)
+    sess = session_runs(model, runs, spec_run, allocator)
     assert sess.get_inferred_outputs()[0].shape == ["B", 4, "L", 6]
 
 
@@ -624,10 +618,10 @@ def test_flex_attention_outer_scope_and_precision():
     model = flex_model([[2, 4, 3, 8], [2, 4, 5, 8], [2, 4, 5, 8]], {"softmax_precision": 11},
                        score=causal_score_mod(TensorProto.DOUBLE))
     feeds = {"Q": f32(2, 4, 3, 8), "K": f32(2, 4, 5, 8), "V": f32(2, 4, 5, 8)}
-    assert_close(dynashape.InferenceSession(model).run(None, feeds), reference_run(model, feeds))
+    assert_close(dynashape.InferenceSession(model).run(None, feeds), spec_run(model, feeds))
     model = flex_model([[2, 4, 3, 8]] * 3, dtype=TensorProto.FLOAT16)
     feeds = {n: f32(2, 4, 3, 8, dtype=np.float16) for n in "QKV"}
-    assert_close(dynashape.InferenceSession(model).run(None, feeds), reference_run(model, feeds), tol=2e-3)
+    assert_close(dynashape.InferenceSession(model).run(None, feeds), spec_run(model, feeds), tol=2e-3)
 
 
 def test_flex_attention_errors():

@@ -7,15 +7,11 @@ import dynashape
 import ml_dtypes
 import numpy as np
 import pytest
-from dynashape.model import Node
-from dynashape.records import InferContext
-from dynashape.registry import get_registry
 from dynashape.symbolic import dim_broadcast, dim_max, dim_min, sym
 from dynashape.testing import infer_node, run_node
-from onnx import TensorProto, helper
-from onnx.reference import ReferenceEvaluator
 
-from tests.conftest import assert_broadcast_mismatch, assert_runs_match_ort, one_node_model, ort_run
+from tests.conftest import (assert_broadcast_mismatch, assert_runs_match_ort, one_node_model, ort_run,
+                            spec_node_outputs, symbolic_context, symbolic_infer)
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 RNG = np.random.default_rng(0)
@@ -23,26 +19,9 @@ RNG = np.random.default_rng(0)
 
 # helpers -------------------------------------------------------------------------------
 
-def _elem(dt) -> int:
-    return helper.np_dtype_to_tensor_dtype(np.dtype(dt)) if np.dtype(dt).kind != "O" else TensorProto.STRING
-
-
-def reference(op_type, inputs, attrs=None, opset=21, n_outputs=1):
-    """Outputs of onnx's ReferenceEvaluator for one node."""
-    names = [f"x{i}" if x is not None else "" for i, x in enumerate(inputs)]
-    node = helper.make_node(op_type, names, [f"y{i}" for i in range(n_outputs)], **(attrs or {}))
-    graph = helper.make_graph(
-        [node], "g",
-        [helper.make_tensor_value_info(n, _elem(x.dtype), x.shape) for n, x in zip(names, inputs) if n],
-        [helper.make_tensor_value_info(f"y{i}", TensorProto.UNDEFINED, None) for i in range(n_outputs)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    feeds = {n: x for n, x in zip(names, inputs) if n}
-    return ReferenceEvaluator(model).run(None, feeds)
-
-
 def check(op_type, inputs, attrs=None, opset=21, rtol=1e-6, atol=1e-7):
     (got,) = run_node(op_type, inputs, attrs, opset=opset)
-    (want,) = reference(op_type, inputs, attrs, opset)
+    (want,) = spec_node_outputs(op_type, inputs, attrs, opset=opset)
     want = np.asarray(want)
     assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, want.dtype, got.shape, want.shape)
     if got.dtype.kind == "f":
@@ -52,24 +31,15 @@ def check(op_type, inputs, attrs=None, opset=21, rtol=1e-6, atol=1e-7):
     return got
 
 
-def ctx_for(op_type, values, opset=21, attrs=None, dtypes=None):
-    """An InferContext whose inputs are host-known values (object arrays allowed)."""
-    arrays = [np.asarray(v, dtype=object) if isinstance(v, list) else v for v in values]
-    node = Node("n", op_type, "", tuple(f"i{k}" for k in range(len(arrays))), ("o",), dict(attrs or {}))
-    dts = dtypes or [np.dtype(np.int64)] * len(arrays)
-    return InferContext(node, opset, [tuple(a.shape) for a in arrays], dts, arrays, symbolic=True)
-
-
 def propagate(op_type, values, opset=21):
-    op = get_registry().resolve_op("", op_type, opset)
-    return op.propagate_value(ctx_for(op_type, values, opset))[0]
+    """propagate_value on host-known int64 input values (lists become object arrays)."""
+    arrays = [np.asarray(v, dtype=object) if isinstance(v, list) else v for v in values]
+    ctx, op = symbolic_context(op_type, [a.shape for a in arrays], [np.int64] * len(arrays), arrays, opset=opset)
+    return op.propagate_value(ctx)[0]
 
 
 def infer_symbolic(op_type, shapes, dtypes, attrs=None, opset=21):
-    node = Node("n", op_type, "", tuple(f"i{k}" for k in range(len(shapes))), ("o",), dict(attrs or {}))
-    ctx = InferContext(node, opset, list(shapes), [np.dtype(d) for d in dtypes], [None] * len(shapes),
-                       symbolic=True)
-    return get_registry().resolve_op("", op_type, opset).infer_shape(ctx)
+    return symbolic_infer(op_type, shapes, dtypes, attrs=attrs, opset=opset)[0]
 
 
 def f32(*shape, lo=-3.0, hi=3.0):
@@ -122,7 +92,7 @@ def test_erf_accuracy_float64_and_float32():
 def test_unary_low_and_double_precision(op, dtype):
     x = np.float32([0.25, 1.5, 2.0, 3.75]).astype(dtype)
     (got,) = run_node(op, [x])
-    (want,) = reference(op, [x.astype(np.float32)], opset=13)
+    (want,) = spec_node_outputs(op, [x.astype(np.float32)], opset=13)
     assert got.dtype == np.dtype(dtype)
     tol = 1e-2 if np.dtype(dtype) == BF16 else 1e-3
     np.testing.assert_allclose(got.astype(np.float32), want, rtol=tol)

@@ -7,13 +7,12 @@ import ml_dtypes
 import numpy as np
 import onnxruntime
 import pytest
-from dynashape.model import Node
-from dynashape.records import InferContext
 from dynashape.registry import get_registry
 from dynashape.symbolic import dim_broadcast, sym
 from dynashape.testing import infer_node, run_node
 
-from tests.conftest import ORT_U8S8_SATURATES, assert_broadcast_mismatch, assert_runs_match_ort, one_node_model
+from tests.conftest import (ORT_U8S8_SATURATES, assert_broadcast_mismatch, assert_runs_match_ort, one_node_model,
+                            symbolic_infer)
 from onnx.reference import ReferenceEvaluator
 
 RNG = np.random.default_rng(1)
@@ -52,11 +51,7 @@ def _rand(shape, dtype=np.float32):
 
 
 def _infer_symbolic(op, shapes, dtypes, attrs, opset):
-    names = tuple(f"in{i}" if s is not None else "" for i, s in enumerate(shapes))
-    node = Node(f"{op}_t", op, "", names, ("out0",), dict(attrs))
-    ctx = InferContext(node, opset, list(shapes), [None if d is None else np.dtype(d) for d in dtypes],
-                       [None] * len(shapes), symbolic=True)
-    return get_registry().resolve_op("", op, opset).infer_shape(ctx)
+    return symbolic_infer(op, shapes, dtypes, None, attrs, opset=opset)[0]
 
 
 # MatMul -------------------------------------------------------------------------------------

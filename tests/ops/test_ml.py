@@ -11,14 +11,12 @@ import dynashape
 import numpy as np
 import onnx
 import pytest
-from dynashape.model import Node
-from dynashape.records import InferContext
 from dynashape.registry import get_registry
 from dynashape.symbolic import sym
 from dynashape.testing import run_node
 from onnx import TensorProto, helper, numpy_helper
 
-from tests.conftest import assert_runs_match
+from tests.conftest import assert_runs_match, spec_versions, symbolic_context
 
 ML = "ai.onnx.ml"
 S, I64, F32, F64 = TensorProto.STRING, TensorProto.INT64, TensorProto.FLOAT, TensorProto.DOUBLE
@@ -49,10 +47,8 @@ def tensor(name, values, elem):
 @pytest.mark.parametrize("op", ["LabelEncoder", "TreeEnsemble", "ArrayFeatureExtractor", "Binarizer", "Scaler",
                                 "Normalizer", "Imputer", "LinearRegressor"])
 def test_every_spec_version_registered(op):
-    want = sorted({s.since_version for s in onnx.defs.get_all_schemas_with_history()
-                   if s.name == op and s.domain == ML})
     have = sorted(o.since_version for o in get_registry().schemas(ML, op))
-    assert have == want
+    assert have == spec_versions(op, ML)
 
 
 # LabelEncoder -----------------------------------------------------------------------------
@@ -253,10 +249,8 @@ def test_array_feature_extractor_errors_and_values():
     with pytest.raises(dynashape.ShapeInferenceError, match="index -1 is out of range"):
         sess.run(None, {"x": np.zeros((2, 4), np.float32), "i": np.array([-1])})
     b = sym("b")
-    node = Node("afe", "ArrayFeatureExtractor", ML, ("x", "i"), ("y",), {})
     values = [np.array([[b, 3, 4]], dtype=object), np.array([2, 0])]
-    ctx = InferContext(node, 1, [(1, 3), (2,)], [np.dtype(np.int64)] * 2, values, symbolic=True)
-    opdef = get_registry().resolve_op(ML, "ArrayFeatureExtractor", 1)
+    ctx, opdef = symbolic_context("ArrayFeatureExtractor", [(1, 3), (2,)], [np.int64] * 2, values, opset=1, domain=ML)
     assert opdef.infer_shape(ctx) == [(1, 2)]
     assert opdef.propagate_value(ctx)[0].tolist() == [[4, b]]
 

@@ -13,15 +13,13 @@ import numpy as np
 import onnx
 import pytest
 from dynashape.dtypes import onnx_type
-from dynashape.model import Node
-from dynashape.records import InferContext
 from dynashape.registry import get_registry
 from dynashape.symbolic import evaluate, sym
 from dynashape.testing import infer_node, run_node
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
-from tests.conftest import BLAS_SUMS_LIKE_MLAS, expected_outputs
+from tests.conftest import BLAS_SUMS_LIKE_MLAS, expected_outputs, spec_versions, symbolic_infer
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -77,11 +75,7 @@ def check(op, inputs, attrs, *, opset=21, n_out=1, ref=expected_ort, rtol=1e-4, 
 
 
 def infer_symbolic(op, shapes, dtypes, attrs, opset=21, n_out=1):
-    node = Node("n", op, "", tuple(f"i{k}" for k in range(len(shapes))),
-                tuple(f"o{k}" for k in range(n_out)), dict(attrs))
-    ctx = InferContext(node, opset, list(shapes), [np.dtype(d) for d in dtypes], [None] * len(shapes),
-                       symbolic=True)
-    return get_registry().resolve_op("", op, opset).infer_shape(ctx)
+    return symbolic_infer(op, shapes, dtypes, None, attrs, opset=opset, n_outputs=n_out)[0]
 
 
 # ------------------------------------------------------------------------------ Conv
@@ -589,12 +583,9 @@ def test_group_norm():
 
 
 def test_all_versions_registered():
-    import onnx.defs
     reg = get_registry()
     for op in ("Conv", "ConvTranspose", "AveragePool", "MaxPool", "GlobalAveragePool", "GlobalMaxPool",
                "LpPool", "GlobalLpPool", "BatchNormalization", "InstanceNormalization",
                "LayerNormalization", "GroupNormalization"):
-        versions = {s.since_version for s in onnx.defs.get_all_schemas_with_history()
-                    if s.name == op and s.domain == ""}
-        for v in versions:
+        for v in spec_versions(op):
             assert reg.resolve_op("", op, v).since_version == v

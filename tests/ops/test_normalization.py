@@ -12,17 +12,13 @@ import math
 import dynashape
 import ml_dtypes
 import numpy as np
-import onnx
 import pytest
-from dynashape.model import Node
-from dynashape.records import InferContext
 from dynashape.registry import get_registry
 from dynashape.symbolic import sym
 from dynashape.testing import run_node
-from onnx import helper
-from onnx.reference import ReferenceEvaluator
 
-from tests.conftest import assert_broadcast_mismatch, assert_runs_match_ort, one_node_model
+from tests.conftest import (assert_broadcast_mismatch, assert_runs_match_ort, one_node_model, spec_node_outputs,
+                            spec_versions, symbolic_infer)
 
 RNG = np.random.default_rng(3)
 F32 = np.dtype(np.float32)
@@ -37,30 +33,9 @@ def f32(*shape):
     return RNG.standard_normal(shape).astype(np.float32)
 
 
-def reference(op, inputs, attrs, opset):
-    names = [f"in{i}" for i in range(len(inputs))]
-    graph = helper.make_graph(
-        [helper.make_node(op, names, ["out"], **attrs)], "g",
-        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)
-         for n, x in zip(names, inputs)],
-        [helper.make_tensor_value_info("out", 0, None)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    return ReferenceEvaluator(model).run(None, dict(zip(names, inputs)))[0]
-
-
-def sym_infer(op, shapes, attrs=None, opset=23):
-    names = tuple(f"in{i}" for i in range(len(shapes)))
-    node = Node("n", op, "", names, ("out",), dict(attrs or {}))
-    ctx = InferContext(node, opset, list(shapes), [F32] * len(shapes), [None] * len(shapes), symbolic=True)
-    opdef = get_registry().resolve_op("", op, opset)
-    return list(opdef.infer_shape(ctx)), ctx
-
-
 @pytest.mark.parametrize("op", ["RMSNormalization", "LpNormalization", "MeanVarianceNormalization", "LRN"])
 def test_every_spec_version_registered(op):
-    want = sorted({s.since_version for s in onnx.defs.get_all_schemas_with_history()
-                   if s.name == op and s.domain == ""})
-    assert sorted(o.since_version for o in get_registry().schemas("", op)) == want
+    assert sorted(o.since_version for o in get_registry().schemas("", op)) == spec_versions(op)
 
 
 # RMSNormalization ------------------------------------------------------------------------------
@@ -82,29 +57,30 @@ def test_rms_matches_ort_through_symbolic_shapes(axis, scale_shape, allocator):
 def test_rms_float64_float16_and_stash_type():
     x, w = f32(3, 4, 5), f32(5)
     got = run_node("RMSNormalization", [x.astype(np.float64), w.astype(np.float64)], {}, opset=23)[0]
-    want = reference("RMSNormalization", [x.astype(np.float64), w.astype(np.float64)], {}, 23)
+    (want,) = spec_node_outputs("RMSNormalization", [x.astype(np.float64), w.astype(np.float64)], {}, opset=23)
     assert got.dtype == np.float64
     np.testing.assert_allclose(got, want, rtol=1e-12)
     for dt in (np.float16, ml_dtypes.bfloat16):
         (y,) = run_node("RMSNormalization", [x.astype(dt), w.astype(dt)], {"axis": 1}, opset=23)
-        want = reference("RMSNormalization", [x.astype(dt).astype(np.float32), w.astype(dt).astype(np.float32)],
-                         {"axis": 1}, 23)
+        (want,) = spec_node_outputs("RMSNormalization",
+                                    [x.astype(dt).astype(np.float32), w.astype(dt).astype(np.float32)], {"axis": 1},
+                                    opset=23)
         assert y.dtype == np.dtype(dt)
         np.testing.assert_allclose(y.astype(np.float32), want, rtol=2e-2, atol=2e-2)
     (y,) = run_node("RMSNormalization", [x, w], {"stash_type": 11}, opset=23)   # double stash: same values
-    np.testing.assert_allclose(y, reference("RMSNormalization", [x, w], {}, 23), rtol=1e-5)
+    np.testing.assert_allclose(y, spec_node_outputs("RMSNormalization", [x, w], {}, opset=23)[0], rtol=1e-5)
     assert y.dtype == F32
 
 
 def test_rms_output_has_scale_type():
-    _, ctx = sym_infer("RMSNormalization", [(2, 3), (3,)])
+    _, opdef, ctx = symbolic_infer("RMSNormalization", [(2, 3), (3,)], opset=23)
     ctx.input_dtypes = [np.dtype(np.float16), F32]
-    assert get_registry().resolve_op("", "RMSNormalization", 23).infer_dtype(ctx) == [F32]
+    assert opdef.infer_dtype(ctx) == [F32]
 
 
 def test_rms_symbolic_and_errors():
     b, s = sym("B"), sym("S")
-    shapes, _ = sym_infer("RMSNormalization", [(b, s, 64), (64,)])
+    shapes, _, _ = symbolic_infer("RMSNormalization", [(b, s, 64), (64,)], opset=23)
     assert shapes == [(b, s, 64)]
     with pytest.raises(dynashape.ShapeInferenceError, match="cannot be broadcast") as info:
         run_node("RMSNormalization", [f32(2, 3, 4), f32(3)], {}, opset=23)

@@ -9,14 +9,13 @@ import ml_dtypes
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from onnx.reference import ReferenceEvaluator
 
 import dynashape
 from dynashape.registry import get_registry
 from dynashape.symbolic import sym
 from dynashape.testing import infer_node, infer_symbolic, run_node
 
-from tests.conftest import assert_runs_match_ort, expected_outputs
+from tests.conftest import assert_runs_match_ort, expected_outputs, spec_node_outputs, spec_run
 
 RNG = np.random.default_rng(7)
 # The first onnxruntime releases that run these cases right; older ones are compared with the
@@ -70,13 +69,6 @@ def _both(op, x, params: list, attrs: dict, opset: int, out_dtype, ort_fixed_in=
     (got,) = dynashape.InferenceSession(model).run(None, {"x": x})
     (want,) = expected_outputs(model, {"x": x}, ort_fixed_in, spec=spec)
     return got, want
-
-
-def _reference(op, inputs, attrs, opset, out_dtype):
-    consts = {f"p{i}": p for i, p in enumerate(inputs[1:]) if p is not None}
-    names = ["x"] + [f"p{i}" if p is not None else "" for i, p in enumerate(inputs[1:])]
-    model = _model(op, {"x": inputs[0]}, consts, attrs, opset, [out_dtype], names=names)
-    return ReferenceEvaluator(model).run(None, {"x": inputs[0]})[0]
 
 
 def _params(kind: str, dtype, x_shape, axis: int = 1, block: int = 0, scale_dtype=np.float32):
@@ -258,11 +250,11 @@ def test_small_types_match_reference(dtype, opset, kind):
     scale = (RNG.random(shape) + 0.5).astype(np.float32)
     zp = np.zeros(shape, dtype)
     (q,) = run_node("QuantizeLinear", [x, scale, zp], attrs, opset=opset)
-    want = _reference("QuantizeLinear", [x, scale, zp], attrs, opset, dtype)
+    (want,) = spec_node_outputs("QuantizeLinear", [x, scale, zp], attrs, opset=opset)
     assert q.dtype == np.dtype(dtype)
     np.testing.assert_array_equal(q.astype(np.float32), want.astype(np.float32))
     (dq,) = run_node("DequantizeLinear", [q, scale, zp], attrs, opset=opset)
-    want = _reference("DequantizeLinear", [q, scale, zp], attrs, opset, np.float32)
+    (want,) = spec_node_outputs("DequantizeLinear", [q, scale, zp], attrs, opset=opset)
     np.testing.assert_array_equal(dq, want)
 
 
@@ -467,7 +459,7 @@ def _qlinear_conv_by_channel(model, feeds):
         if "b" in ins:
             ins["b"] = ins["b"][m:m + 1]
         one = _model("QLinearConv", ins, {}, attrs, 10, [x.dtype], names=list(node.input))
-        outs.append(ReferenceEvaluator(one).run(None, ins)[0])
+        outs.append(spec_run(one, ins)[0])
     return [np.concatenate(outs, axis=1)]
 
 

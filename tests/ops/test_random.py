@@ -14,12 +14,12 @@ import ml_dtypes
 import numpy as np
 import onnx
 import pytest
-from dynashape.model import Node
-from dynashape.records import InferContext
 from dynashape.registry import get_registry
 from dynashape.symbolic import sym
 from dynashape.testing import infer_node, run_node
 from onnx import TensorProto, helper
+
+from tests.conftest import spec_versions, symbolic_context
 
 RNG = np.random.default_rng(11)
 OPS = ["RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial"]
@@ -40,10 +40,8 @@ def model_of(op, attrs, opset, inputs=(), dims=None, n_nodes=1):
 
 @pytest.mark.parametrize("op", OPS)
 def test_every_spec_version_registered_and_never_folded(op):
-    want = sorted({s.since_version for s in onnx.defs.get_all_schemas_with_history()
-                   if s.name == op and s.domain == ""})
     schemas = get_registry().schemas("", op)
-    assert sorted(o.since_version for o in schemas) == want
+    assert sorted(o.since_version for o in schemas) == spec_versions(op)
     assert not any(o.deterministic for o in schemas)
 
 
@@ -73,13 +71,10 @@ def test_like_shape_and_dtype(op):
 
 def test_symbolic_inference():
     n, s = sym("N"), sym("S")
-    node = Node("n", "RandomUniformLike", "", ("x",), ("y",), {})
-    ctx = InferContext(node, 22, [(n, s, 4)], [np.dtype(np.float16)], [None], symbolic=True)
-    op = get_registry().resolve_op("", "RandomUniformLike", 22)
+    ctx, op = symbolic_context("RandomUniformLike", [(n, s, 4)], [np.float16], opset=22)
     assert op.infer_shape(ctx) == [(n, s, 4)] and op.infer_dtype(ctx) == [np.dtype(np.float16)]
-    node = Node("m", "Multinomial", "", ("x",), ("y",), {"sample_size": 7, "dtype": TensorProto.INT64})
-    ctx = InferContext(node, 7, [(n, 10)], [np.dtype(np.float32)], [None], symbolic=True)
-    op = get_registry().resolve_op("", "Multinomial", 7)
+    ctx, op = symbolic_context("Multinomial", [(n, 10)], attrs={"sample_size": 7, "dtype": TensorProto.INT64},
+                               opset=7)
     assert op.infer_shape(ctx) == [(n, 7)] and op.infer_dtype(ctx) == [np.dtype(np.int64)]
     shapes, dtypes = infer_node("Bernoulli", [np.zeros((2, 3), np.float32)], {"dtype": TensorProto.BOOL}, opset=15)
     assert shapes == [(2, 3)] and dtypes == [np.dtype(bool)]

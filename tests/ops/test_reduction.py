@@ -7,15 +7,13 @@ import ml_dtypes
 import numpy as np
 import onnxruntime
 import pytest
-from dynashape.model import Node
-from dynashape.records import InferContext
 from dynashape.registry import get_registry
 from dynashape.symbolic import sym
 from dynashape.testing import infer_node, run_node
 
 from onnx import TensorProto, helper
 
-from tests.conftest import assert_runs_match, one_node_model
+from tests.conftest import assert_runs_match, one_node_model, symbolic_context, symbolic_infer
 from onnx.reference import ReferenceEvaluator
 
 RNG = np.random.default_rng(0)
@@ -197,16 +195,12 @@ def test_reduce_log_sum_exp_stable_for_large_values():
 # inference: symbolic dims, unknown axes, errors ----------------------------------------------
 
 def _ctx(op, shapes, dtypes, values, attrs, opset):
-    names = tuple(f"in{i}" if s is not None else "" for i, s in enumerate(shapes))
-    node = Node(f"{op}_t", op, "", names, ("out0",), dict(attrs))
-    return InferContext(node, opset, list(shapes), [None if d is None else np.dtype(d) for d in dtypes],
-                        list(values), symbolic=True)
+    return symbolic_context(op, shapes, dtypes, values, attrs, opset=opset)[0]
 
 
 def _infer(op, shapes, dtypes, values, attrs, opset):
-    ctx = _ctx(op, shapes, dtypes, values, attrs, opset)
-    opdef = get_registry().resolve_op("", op, opset)
-    return opdef.infer_shape(ctx), opdef
+    shapes, opdef, _ = symbolic_infer(op, shapes, dtypes, values, attrs, opset=opset)
+    return shapes, opdef
 
 
 def test_reduce_infer_symbolic_dims():

@@ -10,14 +10,13 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from dynashape.records import InferContext
 from dynashape.registry import get_registry
 from dynashape.symbolic import sym
 from dynashape.testing import infer_node, run_node
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from tests.conftest import ort_predates
+from tests.conftest import ort_predates, symbolic_context
 
 RTOL, ATOL = 1e-4, 1e-5
 RNG = np.random.default_rng(0)
@@ -364,12 +363,9 @@ def _resolve(op, opset):
 
 
 def _symbolic_ctx(op, opset, shapes, values, attrs, dtype=np.float32):
-    from dynashape.model import Node
-    names = tuple("" if s is None else f"in{i}" for i, s in enumerate(shapes))
-    node = Node("n", op, "", names, ("out0",), dict(attrs))
-    dtypes = [None if s is None else np.dtype(np.int64 if i == 3 else dtype if i == 0 else np.float32)
+    dtypes = [None if s is None else np.int64 if i == 3 else dtype if i == 0 else np.float32
               for i, s in enumerate(shapes)]
-    return InferContext(node, opset, list(shapes), dtypes, list(values), symbolic=True)
+    return symbolic_context(op, shapes, dtypes, values, attrs, opset=opset)[0]
 
 
 def test_symbolic_shapes():

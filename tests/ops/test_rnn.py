@@ -16,7 +16,7 @@ from dynashape.symbolic import sym
 from dynashape.testing import infer_node, run_node
 from onnx import helper, numpy_helper
 
-from tests.conftest import ort_predates
+from tests.conftest import ort_predates, symbolic_context
 
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 N_OUT = {"LSTM": 3, "GRU": 2, "RNN": 2}
@@ -309,17 +309,14 @@ def test_absent_outputs(names):
 
 def test_symbolic_shapes_layout0_and_1():
     seq, batch = sym("seq"), sym("batch")
-    reg = get_registry()
     for layout, x_shape, y, st in (
             (0, (seq, batch, 4), (seq, 2, batch, 6), (2, batch, 6)),
             (1, (batch, seq, 4), (batch, seq, 2, 6), (batch, 2, 6))):
-        node = Node("n", "LSTM", "", ("x", "w", "r", "b", "", "h", "c"), ("y", "yh", "yc"),
-                    {"hidden_size": 6, "direction": "bidirectional", "layout": layout})
         shapes = [x_shape, (2, 24, 4), (2, 24, 6), (2, 48), None, st, st]
         f32 = np.dtype(np.float32)
-        ctx = InferContext(node, 14, shapes, [f32] * 4 + [None] + [f32] * 2, [None] * 7,
-                           symbolic=True)
-        opdef = reg.resolve_op("", "LSTM", 14)
+        ctx, opdef = symbolic_context("LSTM", shapes, [f32] * 4 + [None] + [f32] * 2,
+                                      attrs={"hidden_size": 6, "direction": "bidirectional", "layout": layout},
+                                      opset=14, n_outputs=3)
         assert opdef.infer_shape(ctx) == [y, st, st]
         assert opdef.infer_dtype(ctx) == [f32] * 3
 

@@ -2,22 +2,20 @@
 Constant, ConstantOfShape, Range, Expand, Dropout, Cast, CastLike."""
 from __future__ import annotations
 
+import functools
 import warnings
 
 import dynashape
 import ml_dtypes
 import numpy as np
-import onnx
 import pytest
 from dynashape import get_registry
-from dynashape.model import Node
-from dynashape.records import InferContext
 from dynashape.symbolic import Expr, sym
 from dynashape.testing import infer_node, run_node
 from onnx import TensorProto, helper, numpy_helper
-from onnx.reference import ReferenceEvaluator
 
-from tests.conftest import assert_broadcast_mismatch, assert_runs_match_ort, ort_run
+from tests.conftest import (assert_broadcast_mismatch, assert_runs_match_ort, ort_run, spec_node_outputs,
+                            spec_versions, symbolic_infer)
 
 B, S = sym("batch"), sym("seq")
 I64 = np.int64
@@ -25,34 +23,14 @@ I64 = np.int64
 
 # helpers --------------------------------------------------------------------------------
 
-def reference(op_type, inputs, attrs=None, opset=21, n_outputs=1):
-    """Outputs of onnx.reference for one node (inputs given as arrays)."""
-    names = [f"x{i}" for i in range(len(inputs))]
-    node = helper.make_node(op_type, names, [f"y{i}" for i in range(n_outputs)], **(attrs or {}))
-    graph = helper.make_graph(
-        [node], "g",
-        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(np.asarray(x).dtype)
-                                       if np.asarray(x).dtype != object else TensorProto.STRING, None)
-         for n, x in zip(names, inputs)],
-        [helper.make_tensor_value_info(f"y{i}", TensorProto.UNDEFINED, None) for i in range(n_outputs)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    return ReferenceEvaluator(model).run(None, dict(zip(names, inputs)))
-
-
-def infer_symbolic(op_type, shapes, dtypes, values=None, attrs=None, opset=21, n_outputs=1):
-    """Run the OpDef's infer_shape on symbolic shapes; returns (shapes, op)."""
-    n = len(shapes)
-    node = Node("t", op_type, "", tuple("" if s is None and (dtypes[i] is None) else f"in{i}"
-                                       for i, s in enumerate(shapes)),
-                tuple(f"out{i}" for i in range(n_outputs)), dict(attrs or {}))
-    ctx = InferContext(node, opset, list(shapes), [None if d is None else np.dtype(d) for d in dtypes],
-                       list(values) if values is not None else [None] * n, symbolic=True)
-    op = get_registry().resolve_op("", op_type, opset)
-    return list(op.infer_shape(ctx)), op, ctx
+#: onnx.reference's outputs of one node, its inputs declared without shapes
+reference = functools.partial(spec_node_outputs, opset=21, declare_shapes=False)
+#: the OpDef's infer_shape on symbolic shapes: (shapes, op, ctx)
+infer_symbolic = functools.partial(symbolic_infer, opset=21)
 
 
 def propagate(op_type, shapes, dtypes, values, attrs=None, opset=21):
-    _, op, ctx = infer_symbolic(op_type, shapes, dtypes, values, attrs, opset)
+    _, op, ctx = infer_symbolic(op_type, shapes, dtypes, values, attrs, opset=opset)
     return op.propagate_value(ctx)
 
 
@@ -590,7 +568,5 @@ def test_castlike():
                                      "Identity", "Constant", "ConstantOfShape", "Range", "Expand",
                                      "Dropout", "Cast", "CastLike"])
 def test_all_versions_registered(op_type):
-    spec = sorted({s.since_version for s in onnx.defs.get_all_schemas_with_history()
-                   if s.name == op_type and s.domain == ""})
     ours = sorted(op.since_version for op in get_registry().schemas("", op_type))
-    assert ours == spec
+    assert ours == spec_versions(op_type)

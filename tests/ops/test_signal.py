@@ -10,17 +10,13 @@ import functools
 
 import dynashape
 import numpy as np
-import onnx
 import pytest
-from dynashape.model import Node
-from dynashape.records import InferContext
 from dynashape.registry import get_registry
 from dynashape.symbolic import sym
 from dynashape.testing import infer_node, run_node
 from onnx import TensorProto, helper, numpy_helper
-from onnx.reference import ReferenceEvaluator
 
-from tests.conftest import assert_runs_match, ort_predates
+from tests.conftest import assert_runs_match, ort_predates, spec_run, spec_versions, symbolic_infer
 
 rng = np.random.default_rng(0)
 F32 = TensorProto.FLOAT
@@ -43,19 +39,8 @@ def model(op, inputs, attrs, opset, *, consts=None, n_outputs=1, out_type=F32):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
-def reference(m):
-    ev = ReferenceEvaluator(m)
-    return lambda feeds: ev.run(None, feeds)
-
-
-def sym_infer(op, shapes, dtypes, values=None, attrs=None, *, opset=20):
-    names = tuple(f"in{i}" if s is not None else "" for i, s in enumerate(shapes))
-    node = Node(f"{op}_sym", op, "", names, ("out0",), dict(attrs or {}))
-    values = values or [None] * len(shapes)
-    ctx = InferContext(node, opset, list(shapes), [None if d is None else np.dtype(d) for d in dtypes],
-                       list(values), symbolic=True)
-    opdef = get_registry().resolve_op("", op, opset)
-    return list(opdef.infer_shape(ctx)), ctx
+#: the registered OpDef's infer_shape on symbolic shapes: (shapes, opdef, ctx)
+sym_infer = functools.partial(symbolic_infer, opset=20)
 
 
 def f32(*shape):
@@ -66,10 +51,8 @@ def f32(*shape):
 
 @pytest.mark.parametrize("op", ["DFT", "STFT", "HannWindow", "HammingWindow", "BlackmanWindow", "MelWeightMatrix"])
 def test_every_spec_version_registered(op):
-    want = sorted({s.since_version for s in onnx.defs.get_all_schemas_with_history()
-                   if s.name == op and s.domain == ""})
     have = sorted(o.since_version for o in get_registry().schemas("", op))
-    assert have == want
+    assert have == spec_versions(op)
 
 
 # DFT --------------------------------------------------------------------------------------
@@ -94,7 +77,7 @@ def test_dft_irfft_matches_reference_and_numpy():
     # reference (numpy.fft.irfft) is the oracle here
     m = model("DFT", [("x", F32, ["B", "K", "C", 2]), "n"], {"axis": 1, "onesided": 1, "inverse": 1}, 17,
               consts={"n": np.int64(7)})
-    runs_match(m, [{"x": f32(2, 5, 3, 2)}, {"x": f32(1, 3, 2, 2)}], want=reference(m))
+    runs_match(m, [{"x": f32(2, 5, 3, 2)}, {"x": f32(1, 3, 2, 2)}], want=functools.partial(spec_run, m))
     x = f32(2, 6, 2)
     (y,) = run_node("DFT", [x, None, np.int64(1)], {"onesided": 1, "inverse": 1}, opset=20)
     want = np.fft.irfft(x[..., 0] + 1j * x[..., 1], n=10, axis=1)
@@ -124,18 +107,18 @@ def test_dft_axis_input_runtime_value():
 
 def test_dft_symbolic_inference():
     n, b = sym("n"), sym("b")
-    (shape,), _ = sym_infer("DFT", [(b, n, 1), None, ()], [np.float32, None, np.int64],
-                            [None, None, np.array(1)], {"onesided": 1})
+    (shape,), _, _ = sym_infer("DFT", [(b, n, 1), None, ()], [np.float32, None, np.int64],
+                               [None, None, np.array(1)], {"onesided": 1})
     assert shape == (b, n // 2 + 1, 2)
-    (shape,), ctx = sym_infer("DFT", [(sym("b"), n, 2)], [np.float32], None, {"onesided": 1, "inverse": 1})
+    (shape,), _, ctx = sym_infer("DFT", [(sym("b"), n, 2)], [np.float32], None, {"onesided": 1, "inverse": 1})
     assert shape == (sym("b"), 2 * (n - 1), 1)
     assert ctx.guards                      # dft length >= 1 and the last axis 2 are checked per signature
-    (shape,), _ = sym_infer("DFT", [(sym("b"), n, 1), ()], [np.float32, np.int64],
-                            [None, np.array(sym("k"), dtype=object)], {})
+    (shape,), _, _ = sym_infer("DFT", [(sym("b"), n, 1), ()], [np.float32, np.int64],
+                               [None, np.array(sym("k"), dtype=object)], {})
     assert shape == (sym("b"), sym("k"), 2)
-    (shape,), _ = sym_infer("DFT", [(sym("b"), n, 1), None, ()], [np.float32, None, np.int64], None, {})
+    (shape,), _, _ = sym_infer("DFT", [(sym("b"), n, 1), None, ()], [np.float32, None, np.int64], None, {})
     assert shape == (sym("b"), n, 2)       # unknown axis, full DFT: every dim kept
-    (shape,), _ = sym_infer("DFT", [(sym("b"), n, 1), None, ()], [np.float32, None, np.int64], None, {"onesided": 1})
+    (shape,), _, _ = sym_infer("DFT", [(sym("b"), n, 1), None, ()], [np.float32, None, np.int64], None, {"onesided": 1})
     assert len(shape) == 3 and shape[2] == 2 and all(str(d).startswith("unk__") for d in shape[:2])
 
 
@@ -181,7 +164,8 @@ def test_stft_frame_length_and_complex_match_ort():
               consts={"step": np.int64(4), "fl": np.int64(6)})
     # onnxruntime < 1.28 steps a complex signal's frames by twice frame_step, compared with the
     # ONNX spec (onnx.reference) there: https://github.com/microsoft/onnxruntime/pull/28961
-    runs_match(m, [{"x": f32(2, 30, 2)}, {"x": f32(1, 6, 2)}], want=reference(m) if ort_predates((1, 28)) else None)
+    runs_match(m, [{"x": f32(2, 30, 2)}, {"x": f32(1, 6, 2)}],
+               want=functools.partial(spec_run, m) if ort_predates((1, 28)) else None)
     m = model("STFT", [("x", F32, ["B", "L", 1]), "step", ("w", F32, ["W"]), "fl"], {"onesided": 1}, 17,
               consts={"step": np.int64(2), "fl": np.int64(8)})
     runs_match(m, [{"x": f32(1, 16, 1), "w": f32(8)}])
@@ -196,8 +180,8 @@ def test_stft_default_frame_is_whole_signal():
 
 def test_stft_symbolic_inference():
     n = sym("L")
-    (shape,), ctx = sym_infer("STFT", [(sym("B"), n, 1), (), (16,)], [np.float32, np.int64, np.float32],
-                              [None, np.array(4), None], {}, opset=17)
+    (shape,), _, ctx = sym_infer("STFT", [(sym("B"), n, 1), (), (16,)], [np.float32, np.int64, np.float32],
+                                 [None, np.array(4), None], {}, opset=17)
     assert shape == (sym("B"), (n - 16) // 4 + 1, 9, 2)
     assert (n, ">=", 16) in ctx.guards     # a shorter signal is reported when a signature breaks it
 
@@ -246,7 +230,7 @@ def test_window_int_output_and_int32_size():
 
 def test_window_size_from_shape_stays_symbolic():
     n = sym("n")
-    (shape,), _ = sym_infer("HannWindow", [()], [np.int64], [np.array(n, dtype=object)], opset=17)
+    (shape,), _, _ = sym_infer("HannWindow", [()], [np.int64], [np.array(n, dtype=object)], opset=17)
     assert shape == (n,)
     # Shape -> Gather -> HannWindow through a session: the window follows the input's length
     nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "zero"], ["len"]),

@@ -5,6 +5,8 @@ symbolic shape rules through the registered OpDefs with symbolic input shapes.
 """
 from __future__ import annotations
 
+import functools
+
 import dynashape
 import ml_dtypes
 import numpy as np
@@ -17,9 +19,9 @@ from dynashape.registry import get_registry
 from dynashape.symbolic import dim_broadcast, dim_max, dim_min, evaluate, sym
 from dynashape.testing import infer_node, run_node
 from onnx import helper
-from onnx.reference import ReferenceEvaluator
 
-from tests.conftest import assert_broadcast_mismatch, assert_runs_match_ort, one_node_model, ort_run
+from tests.conftest import (assert_broadcast_mismatch, assert_runs_match_ort, one_node_model, ort_run,
+                            spec_node_outputs, spec_versions, symbolic_infer)
 
 INT64_MAX = np.iinfo(np.int64).max
 INT64_MIN = np.iinfo(np.int64).min
@@ -32,19 +34,8 @@ ORT_OPSET_26 = (1, 25)
 ORT_REVERSE_SEQUENCE_ZERO_LENGTH = (1, 28)
 
 
-def reference(op, inputs, attrs=None, *, opset=21, n_outputs=1):
-    """Outputs of onnx's ReferenceEvaluator for one node."""
-    names = ["" if x is None else f"in{i}" for i, x in enumerate(inputs)]
-    outs = [f"out{i}" for i in range(n_outputs)]
-    node = helper.make_node(op, names, outs, **(attrs or {}))
-    graph = helper.make_graph(
-        [node], "g",
-        [helper.make_tensor_value_info(n, onnx_type(np.asarray(x).dtype), None)
-         for n, x in zip(names, inputs) if n],
-        [helper.make_tensor_value_info(o, 0, None) for o in outs])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    feeds = {n: np.asarray(x) for n, x in zip(names, inputs) if n}
-    return ReferenceEvaluator(model).run(None, feeds)
+#: onnx.reference's outputs of one node, its inputs declared without shapes
+reference = functools.partial(spec_node_outputs, opset=21, declare_shapes=False)
 
 
 def check(op, inputs, attrs=None, *, opset=21, n_outputs=1):
@@ -58,15 +49,8 @@ def check(op, inputs, attrs=None, *, opset=21, n_outputs=1):
     return got
 
 
-def sym_infer(op, shapes, dtypes=None, values=None, attrs=None, *, opset=21, n_outputs=1):
-    """infer_shape of the registered OpDef on symbolic shapes / partial values."""
-    names = tuple(f"in{i}" for i in range(len(shapes)))
-    node = Node(f"{op}_sym", op, "", names, tuple(f"out{i}" for i in range(n_outputs)), dict(attrs or {}))
-    dtypes = dtypes or [np.dtype(np.float32)] * len(shapes)
-    values = values or [None] * len(shapes)
-    ctx = InferContext(node, opset, list(shapes), list(dtypes), list(values), symbolic=True)
-    opdef = get_registry().resolve_op("", op, opset)
-    return list(opdef.infer_shape(ctx)), opdef, ctx
+#: infer_shape of the registered OpDef on symbolic shapes / partial values: (shapes, opdef, ctx)
+sym_infer = functools.partial(symbolic_infer, opset=21)
 
 
 def f32(*shape):
@@ -84,10 +68,8 @@ def i64(*vals):
                                 "DepthToSpace", "SpaceToDepth", "OneHot", "Trilu", "Where", "NonZero",
                                 "TopK", "CumSum"])
 def test_every_spec_version_registered(op):
-    want = sorted({s.since_version for s in onnx.defs.get_all_schemas_with_history()
-                   if s.name == op and s.domain == ""})
     have = sorted(o.since_version for o in get_registry().schemas("", op))
-    assert have == want
+    assert have == spec_versions(op)
 
 
 # Concat ---------------------------------------------------------------------------------

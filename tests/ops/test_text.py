@@ -10,16 +10,13 @@ import functools
 
 import dynashape
 import numpy as np
-import onnx
 import pytest
-from dynashape.model import Node
-from dynashape.records import InferContext
 from dynashape.registry import get_registry
 from dynashape.symbolic import sym
 from dynashape.testing import run_node
 from onnx import TensorProto, helper
 
-from tests.conftest import assert_runs_match, ort_predates, ort_run, spec_run
+from tests.conftest import assert_runs_match, ort_predates, ort_run, spec_run, spec_versions, symbolic_infer
 
 S, I64, F32 = TensorProto.STRING, TensorProto.INT64, TensorProto.FLOAT
 
@@ -44,10 +41,8 @@ def model(op, inputs, attrs, opset, outs):
 @pytest.mark.parametrize("op", ["StringNormalizer", "StringConcat", "StringSplit", "RegexFullMatch",
                                 "TfIdfVectorizer"])
 def test_every_spec_version_registered(op):
-    want = sorted({s.since_version for s in onnx.defs.get_all_schemas_with_history()
-                   if s.name == op and s.domain == ""})
     have = sorted(o.since_version for o in get_registry().schemas("", op))
-    assert have == want
+    assert have == spec_versions(op)
 
 
 # StringNormalizer -------------------------------------------------------------------------
@@ -127,9 +122,7 @@ def test_string_split_matches_ort(attrs):
 def test_string_split_empty_and_symbolic_inference():
     y, z = run_node("StringSplit", [np.zeros((2, 0), dtype=object)], {}, opset=20, n_outputs=2)
     assert y.shape == (2, 0, 0) and z.shape == (2, 0) and z.dtype == np.int64
-    node = Node("split", "StringSplit", "", ("x",), ("y", "z"), {})
-    ctx = InferContext(node, 20, [(sym("n"),)], [np.dtype(object)], [None], symbolic=True)
-    shapes = get_registry().resolve_op("", "StringSplit", 20).infer_shape(ctx)
+    shapes, _, _ = symbolic_infer("StringSplit", [(sym("n"),)], [object], opset=20, n_outputs=2)
     assert shapes[1] == (sym("n"),) and shapes[0][0] == sym("n") and str(shapes[0][1]).startswith("unk__")
     with pytest.raises(dynashape.ShapeInferenceError, match="maxsplit is -1, expected >= 0"):
         run_node("StringSplit", [strings("a")], {"maxsplit": -1}, opset=20, n_outputs=2)
