@@ -2,19 +2,16 @@
 
 :class:`Program` runs symbolic inference once and turns its result into
 
-* the run-time **steps** in order, each with its kernel, its traced preparation
-  (:func:`dynashape.node.trace_prepare`) and where each output lives (arena block, view,
-  fresh array of the run);
-* **segments**: a BINDING node (its output shapes depend on data) ends a segment; the next
-  one is planned once the symbols it binds are known;
+* the run-time **steps** in order (:class:`dynashape.segments.Step`), each with its kernel,
+  its traced preparation (:func:`dynashape.node.trace_prepare`) and where each output lives
+  (arena block, view, fresh array of the run);
+* **segments** (:class:`dynashape.segments.Segment`): a BINDING node (its output shapes
+  depend on data) ends a segment; the next one is planned once the symbols it binds are known;
 * the **memory structure**: lifetimes, views and in-place decisions (in place only where
   the shapes are provably equal), blocks per segment arena;
-* per segment, **generated functions**: ``sig(*symbols)`` evaluates every shape, folded
-  shape-tensor value, symbolic kernel parameter and block size a signature needs (and the
-  guards the symbolic rules rely on), ``bind(buf, S, O)`` makes the output buffers of one
-  execution context, ``run(v, B, P, S)`` calls the kernels straight through and
-  ``run_plan`` runs the nodes whose values follow from shapes alone;
-* the **binder**: feed shapes -> symbol values, or None when declared dim_params disagree.
+* per segment, the **generated functions** (:mod:`dynashape.emit`): ``sig(*symbols)``,
+  ``bind(buf, S, O)``, ``run(v, B, P, S)`` and ``run_plan``; and the **binder** from feed
+  shapes to symbol values (None when declared dim_params disagree).
 
 A new signature costs one call of ``sig``, ``run_plan`` and a ``layout`` (see
 :mod:`dynashape.plan`); a repeated one, a dict lookup.
@@ -22,108 +19,24 @@ A new signature costs one call of ``sig``, ``run_plan`` and a ``layout`` (see
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
-from .codegen import CodeWriter, ExprCoder
 from .dtypes import ValueType
+from .emit import Emitter
 from .errors import DynashapeError
-from .graph import PreparedGraph, PreparedNode
+from .graph import PreparedGraph
 from .limits import resolve_memory_limit
-from .node import CONCRETE, STATIC, SYMBOLIC, NodeServices, PrepareTrace, trace_prepare, trace_scratch
+from .node import CONCRETE, STATIC, SYMBOLIC, NodeServices, trace_prepare, trace_scratch
 from .planner import StepSpec, lifetimes
 from .registry import Registry
-from .symbolic import as_atom, free_symbols, is_nonneg, sym
+from .segments import ARENA, FBLOCK, FRESH, NONE, OutSpec, Segment, Step
+from .symbolic import as_atom, sym
 from .symbolic_inference import BINDING, FOLDED, PLAN, STEP, SymbolicGraph, infer_symbolic
 from .weights import aligned_copy, release_view
 
 __all__ = ["Program", "Segment", "Step", "OutSpec", "NONE", "ARENA", "FRESH", "FBLOCK", "DEEP", "copy_value"]
-
-#: Where a step's output lives: not written / a view the kernel returns (``NONE``), a block of
-#: the segment's arena (``ARENA``), a fresh array of each run (``FRESH``: graph outputs, object
-#: dtypes), a per-run block shared by in-place outputs and views that reach a graph output
-#: (``FBLOCK``).
-NONE, ARENA, FRESH, FBLOCK = "none", "arena", "fresh", "fblock"
-
-
-class OutSpec(NamedTuple):
-    kind: str = NONE
-    sid: int = -1              # shape id in the segment's S
-    dtype: Optional[np.dtype] = None
-    ref: int = -1              # ARENA: array index of the bind function; FBLOCK: block id
-    owner: bool = False        # FBLOCK: this output allocates the block
-    reshape: bool = False      # FBLOCK: a member whose shape differs from the owner's (in place over a view)
-
-
-@dataclass(eq=False)
-class Step:
-    """One node that runs: at every run (a step) or once per signature (a plan node)."""
-
-    index: int                 # node index in the prepared graph
-    node: PreparedNode
-    kernel: Any
-    inputs: tuple
-    outputs: tuple
-    trace: PrepareTrace
-    outs: tuple = ()           # OutSpec per output
-    qid: int = -1              # index of its symbolic prepared argument in sig's Q
-    in_sids: tuple = ()        # shape ids of inputs/outputs (concrete preparation, validation)
-    out_sids: tuple = ()
-    t: int = -1                # global step index (lifetimes), -1 for plan nodes
-    scratch: tuple = ()        # slots of the kernel's scratch buffers (after the graph's own slots)
-    prepacked: Any = None      # what the kernel's prepack made of its constant inputs (None: nothing)
-
-    def prepare(self, ctx):
-        """The kernel's prepared argument for ``ctx`` (``ctx.prepacked`` set to this step's)."""
-        ctx.prepacked = self.prepacked
-        return self.kernel.prepare(ctx) if self.kernel.prepare is not None else ctx
-
-
-@dataclass(eq=False)
-class Segment:
-    """Steps up to and including a run of BINDING nodes, and what planning them needs."""
-
-    index: int
-    symbols: tuple = ()                # names of the symbols known here, in argument order
-    nodes: list = field(default_factory=list)       # node indices positioned here
-    steps: list = field(default_factory=list)       # Steps run each run
-    plan_nodes: list = field(default_factory=list)  # Steps run once per signature
-    binding: list = field(default_factory=list)     # BINDING node indices, run at the end
-    binds: list = field(default_factory=list)       # (slot, axis, symbol) bound by them
-    binding_kernels: list = field(default_factory=list)  # (kernel or None, prepared or None) per binding node
-    binding_inputs: list = field(default_factory=list)   # slots each binding node's kernel receives
-    checks: list = field(default_factory=list)      # (slot, rank, ((axis, int dim), ...)) to verify
-    shapes: list = field(default_factory=list)      # sid -> symbolic shape
-    shape_slots: list = field(default_factory=list) # sid -> slots with that shape
-    shaped: set = field(default_factory=set)        # slots already in shape_slots
-    shape_ids: dict = field(default_factory=dict)   # symbolic shape -> sid
-    arena_arrays: list = field(default_factory=list)  # (sid, dtype, block index) per array bind makes
-    value_slots: list = field(default_factory=list) # vid -> slot of a folded value made per signature
-    symbolic_steps: list = field(default_factory=list)  # qid -> Step
-    blocks: list = field(default_factory=list)      # arena blocks (symbolic sizes)
-    static_prepared: list = field(default_factory=list)
-    static_plan_prepared: list = field(default_factory=list)
-    sig: Optional[Callable] = None
-    run: Optional[Callable] = None
-    run_plan: Optional[Callable] = None
-    bind: Optional[Callable] = None
-    run_lines: dict = field(default_factory=dict)   # line of the generated run -> step position
-    plan_lines: dict = field(default_factory=dict)  # line of the generated run_plan -> plan node
-    symbolic_positions: list = field(default_factory=list)   # (step position, qid)
-    concrete_positions: list = field(default_factory=list)   # step positions prepared per signature
-    plan_symbolic_positions: list = field(default_factory=list)
-    plan_concrete_positions: list = field(default_factory=list)
-    plan_outputs: list = field(default_factory=list)          # slots the plan nodes write
-    layouts: list = field(default_factory=list)     # [(order, layout fn)], most recent first
-    source: dict = field(default_factory=dict)
-    fresh_specs: Optional[list] = None  # (step, OutSpec) of the outputs allocated outside the arena
-
-    @property
-    def empty(self) -> bool:
-        return not (self.steps or self.plan_nodes or self.value_slots or self.binding)
-
 
 class Program:
     """Everything a graph needs for any signature, compiled once.
@@ -182,10 +95,10 @@ class Program:
         self._make_steps()
         self._make_memory()
         self._mark_needed()
-        self._plan_made: dict = {}   # plan output slot -> the symbols its value is a function of
+        emitter = Emitter(self)
         for seg in self.segments:
-            self._generate(seg)
-        self.binder = self._make_binder()
+            emitter.segment(seg)
+        self.binder, self.binder_source = emitter.binder()
         self.output_copy = self._output_copies()
         self.copies_outputs = any(self.output_copy)
 
@@ -548,205 +461,6 @@ class Program:
                 return slot
             slot = pn.all_inputs[src]
 
-    # --- generated code ----------------------------------------------------------------
-    def _generate(self, seg: Segment) -> None:
-        self._generate_sig(seg)
-        seg.run = self._generate_calls(seg, seg.steps, "run", seg.run_lines, bound=True)
-        seg.run_plan = self._generate_calls(seg, seg.plan_nodes, "run_plan", seg.plan_lines, bound=False,
-                                            memo=self._plan_dependencies(seg))
-        self._generate_bind(seg)
-        seg.static_prepared = [st.trace.value if st.trace.kind == STATIC else None for st in seg.steps]
-        seg.static_plan_prepared = [st.trace.value if st.trace.kind == STATIC else None for st in seg.plan_nodes]
-        for steps, symbolic, concrete in ((seg.steps, seg.symbolic_positions, seg.concrete_positions),
-                                          (seg.plan_nodes, seg.plan_symbolic_positions, seg.plan_concrete_positions)):
-            for pos, st in enumerate(steps):
-                if st.trace.kind == SYMBOLIC:
-                    symbolic.append((pos, st.qid))
-                elif st.trace.kind == CONCRETE:
-                    concrete.append(pos)
-        seg.plan_outputs = [o for st in seg.plan_nodes for o in st.outputs if o >= 0]
-
-    def _generate_sig(self, seg: Segment) -> None:
-        sg = self.sg
-        w = CodeWriter(f"{self.name}-sig{seg.index}")
-        names = {name: f"s{k}" for k, name in enumerate(seg.symbols)}
-        w.emit(f"def sig({', '.join(names.values())}):", 0)
-        coder = ExprCoder(w, names)
-        checks = []
-        shapes = []
-        for shape in seg.shapes:
-            dims = [coder.ref(d) for d in shape]
-            checks.extend(f"{r} < 0" for d, r in zip(shape, dims) if not is_nonneg(d))
-            shapes.append("(" + "".join(r + ", " for r in dims) + ")")
-        made: dict = {}
-        values = []
-        for s in seg.value_slots:     # equal symbolic values are made once and shared (never written)
-            code = coder.array(sg.values[s], sg.dtypes[s] or np.int64)
-            if code not in made:
-                made[code] = f"x{len(made)}"
-                w.emit(f"{made[code]} = {code}")
-            values.append(made[code])
-        prepared = [coder.struct(st.trace.value) for st in seg.symbolic_steps]
-        sizes = [coder.ref(b.size) for b in seg.blocks]
-        # the guards of the earlier segments too: this segment's symbolic shapes build on
-        # theirs (a Reshape that took a computed 0 for a dim, not a copy, feeds a Split here),
-        # so where one fails, per-node inference must plan this segment as well
-        for earlier in self.segments[:seg.index + 1]:
-            for idx in earlier.nodes:
-                for a, relation, b in sg.guards.get(idx, ()):
-                    checks.append(f"not ({coder.ref(a)} {relation} {coder.ref(b)})")
-        if checks:
-            w.emit(f"if {' or '.join(dict.fromkeys(checks))}: return None")
-        tup = lambda items: "(" + "".join(i + ", " for i in items) + ")"  # noqa: E731
-        w.emit(f"return {tup(shapes)}, {tup(values)}, {tup(prepared)}, {tup(sizes)}")
-        ns = w.compile()
-        seg.sig = ns["sig"]
-        seg.source["sig"] = ns["__source__"]
-
-    def _plan_dependencies(self, seg: Segment) -> list:
-        """Per plan node, the positions (in ``seg.symbols``) of the symbols its outputs are a
-        function of: those in its inputs' and outputs' shapes, its inputs' symbolic values
-        and, through plan values, those of the plan nodes before it, in this segment or an
-        earlier one (segments are generated in order; a later segment knows every symbol an
-        earlier one does)."""
-        sg = self.sg
-        position = {name: k for k, name in enumerate(seg.symbols)}
-        made: dict = self._plan_made
-
-        def of(slot: int) -> set:
-            if slot < 0:
-                return set()
-            found = set(made.get(slot, ()))
-            for d in sg.shapes[slot] or ():
-                found |= free_symbols(d)
-            value = sg.values[slot]
-            if value is not None and value.dtype == object:
-                for x in value.reshape(-1).tolist():
-                    found |= free_symbols(x)
-            return found
-
-        deps = []
-        for st in seg.plan_nodes:
-            found = set().union(*(of(i) for i in st.inputs), *(of(o) for o in st.outputs))
-            for o in st.outputs:
-                made[o] = found
-            deps.append(tuple(sorted(position[name] for name in found)))
-        return deps
-
-    def _generate_calls(self, seg: Segment, steps: list, name: str, lines: dict, bound: bool,
-                        memo: Optional[list] = None) -> Callable:
-        """``name(v, B, P, S, E)``: call each step's kernel in order with its inputs from the
-        value list ``v``, its output buffers (``B[pos]`` made by ``bind`` when ``bound``, or
-        fresh arrays of shapes ``S``) and its prepared argument ``P[pos]``; store its outputs
-        in ``v``. With ``memo`` (plan nodes: per node, the positions in the symbol values
-        ``E`` its outputs depend on), a node whose symbols have the values they had for the
-        previous signature reuses its outputs then (plan values are never written): a new
-        batch size keeps the positions of the same sequence length. One entry per node, one
-        tuple swapped in at once, so concurrent plans never see a key with another's outputs.
-        """
-        w = CodeWriter(f"{self.name}-{name}{seg.index}")
-        w.namespace["_empty"] = np.empty
-        w.emit(f"def {name}(v, B, P, S, E=()):", 0)
-        if not steps:
-            w.emit("return")
-        for pos, st in enumerate(steps):
-            written = [(k, o) for k, o in enumerate(st.outputs) if o >= 0]
-            if memo is not None:
-                last = w.const([((None,), ())], "m")
-                key = "(" + "".join(f"E[{k}], " for k in memo[pos]) + ")"
-                outs = "(" + "".join(f"v[{o}], " for _, o in written) + ")"
-                w.emit(f"k = {key}")
-                w.emit(f"c = {last}[0]")
-                w.emit("if c[0] == k:")
-                w.emit(f"{outs} = c[1]", 2)
-                w.emit("else:")
-                self._emit_call(w, seg, st, pos, lines, bound, indent=2)
-                w.emit(f"{last}[0] = (k, {outs})", 2)
-            else:
-                self._emit_call(w, seg, st, pos, lines, bound, indent=1)
-        ns = w.compile()
-        seg.source[name] = ns["__source__"]
-        return ns[name]
-
-    def _emit_call(self, w: CodeWriter, seg: Segment, st: Step, pos: int, lines: dict, bound: bool,
-                   indent: int) -> None:
-        """The lines calling one step's kernel and storing its outputs in ``v``."""
-        kern = w.const(st.kernel.compute, "k")
-        ins = ", ".join(f"v[{i}]" if i >= 0 else "None" for i in st.inputs)
-        items = []
-        inline = not bound
-        for k, spec in enumerate(st.outs):
-            if spec.kind == FRESH:
-                w.emit(f"f{pos}_{k} = _empty(S[{spec.sid}], {w.const(spec.dtype, 'd')})", indent)
-                items.append(f"f{pos}_{k}")
-                inline = True
-            elif spec.kind == FBLOCK:
-                if spec.owner:
-                    w.emit(f"g{spec.ref} = _empty(S[{spec.sid}], {w.const(spec.dtype, 'd')})", indent)
-                items.append(f"g{spec.ref}.reshape(S[{spec.sid}])" if spec.reshape else f"g{spec.ref}")
-                inline = True
-            elif spec.kind == ARENA:
-                items.append(f"B[{pos}][{k}]")
-            else:
-                items.append("None")
-        w.emit(f"b = [{', '.join(items)}]" if inline else f"b = B[{pos}]", indent)
-        lines[len(w.lines) + 1] = pos
-        w.emit(f"r = {kern}([{ins}], b, P[{pos}])  # {_node_label(self.pg.nodes[st.index].node)}", indent)
-        written = [(k, o) for k, o in enumerate(st.outputs) if o >= 0]
-        if len(written) == 1:
-            k, o = written[0]
-            w.emit(f"v[{o}] = b[{k}] if r is None else r[{k}]", indent)
-        elif written:
-            w.emit("if r is None:", indent)
-            for k, o in written:
-                w.emit(f"v[{o}] = b[{k}]", indent + 1)
-            w.emit("else:", indent)
-            for k, o in written:
-                w.emit(f"v[{o}] = r[{k}]", indent + 1)
-
-    def _generate_bind(self, seg: Segment) -> None:
-        """``bind(buf, S, O)``: the output buffers of every step of the segment: views of the
-        arena ``buf`` at offsets ``O`` (pool), or one new array per block (naive)."""
-        w = CodeWriter(f"{self.name}-bind{seg.index}")
-        w.namespace["_nd"], w.namespace["_empty"] = np.ndarray, np.empty
-        w.emit("def bind(buf, S, O):", 0)
-        for j, (sid, dtype, local) in enumerate(seg.arena_arrays):
-            dt = w.const(dtype, "d")
-            w.emit(f"a{j} = _nd(S[{sid}], {dt}, buf, O[{local}])" if self.allocator == "pool"
-                   else f"a{j} = _empty(S[{sid}], {dt})")
-        lists = []
-        for st in seg.steps:
-            lists.append("[" + ", ".join(f"a{spec.ref}" if spec.kind == ARENA else "None" for spec in st.outs) + "]")
-        w.emit("return (" + "".join(x + ", " for x in lists) + ")")
-        ns = w.compile()
-        seg.bind = ns["bind"]
-        seg.source["bind"] = ns["__source__"]
-
-    def _make_binder(self) -> Callable:
-        """``bind(shapes)``: feed shapes (input order) -> values of segment 0's symbols, or
-        None when two axes declared with one symbol got different values."""
-        pg = self.pg
-        first: dict = {}
-        w = CodeWriter(f"{self.name}-binder")
-        w.emit("def binder(shapes):", 0)
-        checks = []
-        for pos, slot in enumerate(pg.input_slots):
-            for axis, d in enumerate(self.input_dims.get(slot) or ()):
-                if isinstance(d, int):
-                    continue
-                name = next(iter(free_symbols(d)))
-                if name in first:
-                    checks.append(f"shapes[{pos}][{axis}] != {first[name]}")
-                else:
-                    first[name] = f"shapes[{pos}][{axis}]"
-        if checks:
-            w.emit(f"if {' or '.join(checks)}: return None")
-        values = "".join(first[name] + ", " for name in self.segments[0].symbols)
-        w.emit(f"return ({values})")
-        ns = w.compile()
-        self.binder_source = ns["__source__"]
-        return ns["binder"]
-
     def sources(self) -> list[tuple[str, str]]:
         """(title, Python source) of every function generated for this program: the feed
         shapes' binder, then per segment its signature, plan-node, bind and run functions."""
@@ -832,11 +546,3 @@ def _outer_dims(name: str, shape) -> Optional[tuple]:
 def _plain_symbol(d) -> bool:
     atom = as_atom(d)
     return atom is not None and atom[0] == "s"
-
-
-def _node_label(node) -> str:
-    """``OpType 'name'`` of a node, as a comment of the generated line that calls its kernel
-    (what a traceback through generated code shows; what is not printable in the name escaped)."""
-    domain = f"{node.domain}::" if node.domain else ""
-    name = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in node.name)
-    return f"{domain}{node.op_type} '{name}'"

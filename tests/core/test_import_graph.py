@@ -118,7 +118,7 @@ LAYERS = {
     0: "errors symbolic dtypes onnx_proto distributions usercache limits fpstate threads version re2",
     1: "weights external_data onnx_schemas validate model weight_arena",
     2: "records shapes rewrite hookspecs libindex registry",
-    3: "graph node inference optimize compilation symbolic_inference codegen planner program",
+    3: "graph node inference optimize compilation symbolic_inference codegen planner segments emit program",
     4: "plan executor engine compiled subgraph profiling gcpause",
 }
 _LAYER_OF = {m: k for k, names in LAYERS.items() for m in names.split()}

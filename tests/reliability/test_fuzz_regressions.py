@@ -134,7 +134,7 @@ def test_guard_broken_before_a_binding_node_replans_the_later_segments():
     # the guard c*a > 0 (a 0 entry means "copy the input dim"); with c = 0 the guard failed
     # and per-node inference planned the first segment right, (1, 1, 0), but the segment
     # after the NonZero (a binding node) still used the symbolic shape and gave Shape = [1,
-    # 0, 0] (a Split there cut the wrong dim; fixed: program.Program._generate_sig checks the
+    # 0, 0] (a Split there cut the wrong dim; fixed: emit.Emitter._sig checks the
     # earlier segments' guards too)
     def node(op, ins, outs, **kw):
         return helper.make_node(op, ins, outs, **kw)
