@@ -18,7 +18,7 @@ import numpy as np
 
 from .codegen import CodeWriter, ExprCoder
 from .node import CONCRETE, STATIC, SYMBOLIC
-from .segments import ARENA, FBLOCK, FRESH, Segment, Step
+from .segments import ARENA, FBLOCK, FRESH, Calls, Segment, Step
 from .symbolic import free_symbols, is_nonneg
 
 __all__ = ["Emitter"]
@@ -41,19 +41,12 @@ class Emitter:
         """Write and compile ``seg``'s functions (``sig``, ``run``, ``run_plan``, ``bind``) and the
         positions of its steps' per-signature preparations."""
         self._sig(seg)
-        seg.run = self._calls(seg, seg.steps, "run", seg.run_lines, bound=True)
-        seg.run_plan = self._calls(seg, seg.plan_nodes, "run_plan", seg.plan_lines, bound=False,
-                                            memo=self._plan_dependencies(seg))
+        _positions(seg.run, seg.steps)
+        _positions(seg.run_plan, seg.plan_nodes)
+        seg.run.fn = self._calls(seg, seg.steps, "run", seg.run.lines, bound=True)
+        seg.run_plan.fn = self._calls(seg, seg.plan_nodes, "run_plan", seg.run_plan.lines, bound=False,
+                                      memo=self._plan_dependencies(seg))
         self._bind(seg)
-        seg.static_prepared = [st.trace.value if st.trace.kind == STATIC else None for st in seg.steps]
-        seg.static_plan_prepared = [st.trace.value if st.trace.kind == STATIC else None for st in seg.plan_nodes]
-        for steps, symbolic, concrete in ((seg.steps, seg.symbolic_positions, seg.concrete_positions),
-                                          (seg.plan_nodes, seg.plan_symbolic_positions, seg.plan_concrete_positions)):
-            for pos, st in enumerate(steps):
-                if st.trace.kind == SYMBOLIC:
-                    symbolic.append((pos, st.qid))
-                elif st.trace.kind == CONCRETE:
-                    concrete.append(pos)
         seg.plan_outputs = [o for st in seg.plan_nodes for o in st.outputs if o >= 0]
 
     def _sig(self, seg: Segment) -> None:
@@ -235,6 +228,13 @@ class Emitter:
         w.emit(f"return ({values})")
         ns = w.compile()
         return ns["binder"], ns["__source__"]
+
+
+def _positions(calls: Calls, steps: list) -> None:
+    """Which steps' prepared arguments are shared, from ``sig``, or made per signature."""
+    calls.static = [st.trace.value if st.trace.kind == STATIC else None for st in steps]
+    calls.symbolic = [(pos, st.qid) for pos, st in enumerate(steps) if st.trace.kind == SYMBOLIC]
+    calls.concrete = [pos for pos, st in enumerate(steps) if st.trace.kind == CONCRETE]
 
 
 def _node_label(node) -> str:

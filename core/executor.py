@@ -29,7 +29,8 @@ from .node import run_dynamic, run_kernel
 from .plan import Plan, build_plan, step_error
 from .planner import check_no_overlap
 from .profiling import running_node
-from .program import ARENA, FBLOCK, FRESH, Program, Segment
+from .program import Program
+from .segments import ARENA, FBLOCK, FRESH, Segment
 
 __all__ = ["Arena", "ExecutionContext", "RunStats", "MAX_CONTINUATIONS", "TRUSTED_PLUGINS", "contract_steps"]
 
@@ -173,11 +174,11 @@ class ExecutionContext:
                         plan.contract_checks = frozenset()   # checked: later runs take the generated run
                 else:
                     try:
-                        seg.run(v, buffers, plan.prepared, plan.shapes)
+                        seg.run.fn(v, buffers, plan.prepared, plan.shapes)
                     except DynashapeError:
                         raise
                     except Exception as exc:
-                        raise step_error(seg.steps, seg.run_lines, "run", exc) from exc
+                        raise step_error(seg.steps, seg.run.lines, "run", exc) from exc
             if not seg.binding:
                 break
             key = _run_binding_nodes(program, seg, v, profiler)
@@ -214,9 +215,10 @@ class ExecutionContext:
 def _run_binding_nodes(program: Program, seg: Segment, v: list, profiler=None) -> tuple:
     """Infer and run the segment's binding nodes; the values of the symbols they bind."""
     pg = program.pg
-    for idx, slots, (kernel, prepared) in zip(seg.binding, seg.binding_inputs, seg.binding_kernels):
+    for node in seg.binding:
+        idx, kernel, prepared = node.index, node.kernel, node.prepared
         pn = pg.nodes[idx]
-        ins = [v[i] if i >= 0 else None for i in slots]
+        ins = [v[i] if i >= 0 else None for i in node.inputs]
         t0 = time.perf_counter()
         if profiler is not None:
             with running_node(pn.node):

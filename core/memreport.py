@@ -89,11 +89,11 @@ def _later(plan) -> dict:
     """The tensors a plan of the first segment leaves to the plans made at run time."""
     program, seg = plan.program, plan.segment
     pg = program.pg
-    slots = [o for i in seg.binding for o in pg.nodes[i].outputs if o >= 0]
+    slots = [o for b in seg.binding for o in pg.nodes[b.index].outputs if o >= 0]
     for later in program.segments[seg.index + 1:]:
         slots.extend(o for st in later.steps for o in st.outputs if o >= 0)
-        slots.extend(o for i in later.binding for o in pg.nodes[i].outputs if o >= 0)
-    ops = sorted({pg.nodes[i].node.op_type for s_ in program.segments[seg.index:] for i in s_.binding})
+        slots.extend(o for b in later.binding for o in pg.nodes[b.index].outputs if o >= 0)
+    ops = sorted({pg.nodes[b.index].node.op_type for s_ in program.segments[seg.index:] for b in s_.binding})
     return {"later": [program.slot_names[o] for o in dict.fromkeys(slots)], "binding_ops": ops}
 
 

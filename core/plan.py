@@ -26,7 +26,8 @@ from .limits import INT64_MAX, allocation_error, check_tensor, format_bytes, is_
 from .node import STATIC, fold, infer, make_context
 from .planner import Block, MemoryPlan, align, lower_bound, naive_bytes, order_by_offset, plan_offsets, write_layout
 from .records import InferContext
-from .program import FRESH, Program, Segment
+from .program import Program
+from .segments import FRESH, Calls, Segment
 from .symbolic import evaluate
 from .symbolic_inference import BINDING, FOLDED
 
@@ -145,8 +146,7 @@ def build_plan(program: Program, segment: Segment, env: dict, known: Optional[li
         vals[slot] = value
     if segment.index > 0:
         plan.values.extend(zip(segment.value_slots, values))
-    plan.prepared = _prepared(segment.steps, segment.static_prepared, segment.symbolic_positions,
-                              segment.concrete_positions, symbolic_prepared, shapes, vals, program)
+    plan.prepared = _prepared(segment.run, segment.steps, symbolic_prepared, shapes, vals, program)
     check_tensor_limit(plan, segment, shapes, sizes)
     if segment.plan_nodes:
         _run_plan_nodes(plan, segment, symbolic_prepared, shapes, vals, args)
@@ -156,14 +156,14 @@ def build_plan(program: Program, segment: Segment, env: dict, known: Optional[li
     return plan
 
 
-def _prepared(steps: list, static: list, symbolic_positions: list, concrete_positions: list,
-              symbolic_prepared: tuple, shapes: tuple, vals: list, program: Program) -> list:
+def _prepared(calls: Calls, steps: list, symbolic_prepared: tuple, shapes: tuple, vals: list,
+              program: Program) -> list:
     """Each step's prepared argument: static ones shared, symbolic ones from ``sig``, the
     rest from ``prepare`` with concrete shapes."""
-    prepared = list(static)
-    for pos, qid in symbolic_positions:
+    prepared = list(calls.static)
+    for pos, qid in calls.symbolic:
         prepared[pos] = symbolic_prepared[qid]
-    for pos in concrete_positions:
+    for pos in calls.concrete:
         st = steps[pos]
         prepared[pos] = st.prepare(_concrete_context(program, st, shapes, vals))
     return prepared
@@ -186,14 +186,13 @@ def _concrete_context(program: Program, st, shapes: tuple, vals: list):
 def _run_plan_nodes(plan: Plan, segment: Segment, symbolic_prepared: tuple, shapes: tuple, vals: list,
                     args: list) -> None:
     """Run the nodes whose outputs depend only on shapes, once for this signature."""
-    prepared = _prepared(segment.plan_nodes, segment.static_plan_prepared, segment.plan_symbolic_positions,
-                         segment.plan_concrete_positions, symbolic_prepared, shapes, vals, plan.program)
+    prepared = _prepared(segment.run_plan, segment.plan_nodes, symbolic_prepared, shapes, vals, plan.program)
     try:
-        segment.run_plan(vals, None, prepared, shapes, args)
+        segment.run_plan.fn(vals, None, prepared, shapes, args)
     except DynashapeError:
         raise
     except Exception as exc:
-        raise step_error(segment.plan_nodes, segment.plan_lines, "run_plan", exc) from exc
+        raise step_error(segment.plan_nodes, segment.run_plan.lines, "run_plan", exc) from exc
     if segment.index > 0:
         plan.values.extend((o, vals[o]) for o in segment.plan_outputs)
 

@@ -31,7 +31,7 @@ from .limits import resolve_memory_limit
 from .node import CONCRETE, STATIC, SYMBOLIC, NodeServices, trace_prepare, trace_scratch
 from .planner import StepSpec, lifetimes
 from .registry import Registry
-from .segments import ARENA, FBLOCK, FRESH, NONE, OutSpec, Segment, Step
+from .segments import ARENA, FBLOCK, FRESH, NONE, BindingNode, OutSpec, Segment, Step
 from .symbolic import as_atom, sym
 from .symbolic_inference import BINDING, FOLDED, PLAN, STEP, SymbolicGraph, infer_symbolic
 from .weights import aligned_copy, release_view
@@ -116,7 +116,7 @@ class Program:
                 self.segments.append(seg)
             seg.nodes.append(idx)
             if status[idx] == BINDING:
-                seg.binding.append(idx)
+                seg.binding.append(BindingNode(idx))
                 seg.binds.extend(self.sg.binds.get(idx, ()))
                 for o in self.pg.nodes[idx].outputs:
                     shape = self.sg.shapes[o] if o >= 0 else None
@@ -138,6 +138,7 @@ class Program:
             self._align_constant(slot)
         t = 0
         for seg in self.segments:
+            binding = iter(seg.binding)
             for idx in seg.nodes:
                 status = sg.status[idx]
                 if status in (STEP, PLAN):
@@ -159,10 +160,11 @@ class Program:
                         seg.plan_nodes.append(step)
                 elif status == BINDING:
                     t += 1          # binding nodes read their inputs at this step
-                    seg.binding_kernels.append(self._binding_hint(idx))
+                    node = next(binding)
+                    node.kernel, node.prepared = self._binding_hint(idx)
                     pn = pg.nodes[idx]
                     # outer-scope values that are constants here are compiled into the subgraphs
-                    seg.binding_inputs.append(pn.inputs + tuple(i for i in pn.implicit if self.template[i] is None))
+                    node.inputs = pn.inputs + tuple(i for i in pn.implicit if self.template[i] is None)
         self.n_steps = t
 
     def _prepack(self, idx: int, kernel, ctx) -> Any:

@@ -14,7 +14,7 @@ import numpy as np
 from .graph import PreparedNode
 from .node import PrepareTrace
 
-__all__ = ["Step", "Segment", "OutSpec", "NONE", "ARENA", "FRESH", "FBLOCK"]
+__all__ = ["Step", "Segment", "Calls", "BindingNode", "OutSpec", "NONE", "ARENA", "FRESH", "FBLOCK"]
 
 #: Where a step's output lives: not written / a view the kernel returns (``NONE``), a block of
 #: the segment's arena (``ARENA``), a fresh array of each run (``FRESH``: graph outputs, object
@@ -57,6 +57,30 @@ class Step:
 
 
 @dataclass(eq=False)
+class Calls:
+    """A generated function calling steps' kernels in order (a segment's ``run`` over its
+    steps, its ``run_plan`` over its plan nodes), and how each step's prepared argument is made
+    for a signature: shared where its preparation traced shape-independent, taken from
+    ``sig`` where it traced symbolic, from ``prepare`` with concrete shapes otherwise."""
+
+    fn: Optional[Callable] = None
+    lines: dict = field(default_factory=dict)      # line of the generated source -> step position
+    static: list = field(default_factory=list)     # step position -> shape-independent argument, else None
+    symbolic: list = field(default_factory=list)   # (step position, index in sig's prepared arguments)
+    concrete: list = field(default_factory=list)   # step positions prepared per signature
+
+
+@dataclass(eq=False)
+class BindingNode:
+    """A node whose output shapes depend on data: inferred and run when the run reaches it."""
+
+    index: int                 # node index in the prepared graph
+    inputs: tuple = ()         # slots its kernel receives: its inputs, then its subgraphs' outer values
+    kernel: Any = None         # the kernel chosen when compiling (None: chosen at each run)
+    prepared: Any = None       # its shape-independent prepared argument (None: made at each run)
+
+
+@dataclass(eq=False)
 class Segment:
     """Steps up to and including a run of BINDING nodes, and what planning them needs."""
 
@@ -65,10 +89,8 @@ class Segment:
     nodes: list = field(default_factory=list)       # node indices positioned here
     steps: list = field(default_factory=list)       # Steps run each run
     plan_nodes: list = field(default_factory=list)  # Steps run once per signature
-    binding: list = field(default_factory=list)     # BINDING node indices, run at the end
+    binding: list = field(default_factory=list)     # BindingNodes, run at the end
     binds: list = field(default_factory=list)       # (slot, axis, symbol) bound by them
-    binding_kernels: list = field(default_factory=list)  # (kernel or None, prepared or None) per binding node
-    binding_inputs: list = field(default_factory=list)   # slots each binding node's kernel receives
     checks: list = field(default_factory=list)      # (slot, rank, ((axis, int dim), ...)) to verify
     shapes: list = field(default_factory=list)      # sid -> symbolic shape
     shape_slots: list = field(default_factory=list) # sid -> slots with that shape
@@ -78,18 +100,10 @@ class Segment:
     value_slots: list = field(default_factory=list) # vid -> slot of a folded value made per signature
     symbolic_steps: list = field(default_factory=list)  # qid -> Step
     blocks: list = field(default_factory=list)      # arena blocks (symbolic sizes)
-    static_prepared: list = field(default_factory=list)
-    static_plan_prepared: list = field(default_factory=list)
     sig: Optional[Callable] = None
-    run: Optional[Callable] = None
-    run_plan: Optional[Callable] = None
+    run: Calls = field(default_factory=Calls)       # over steps
+    run_plan: Calls = field(default_factory=Calls)  # over plan_nodes
     bind: Optional[Callable] = None
-    run_lines: dict = field(default_factory=dict)   # line of the generated run -> step position
-    plan_lines: dict = field(default_factory=dict)  # line of the generated run_plan -> plan node
-    symbolic_positions: list = field(default_factory=list)   # (step position, qid)
-    concrete_positions: list = field(default_factory=list)   # step positions prepared per signature
-    plan_symbolic_positions: list = field(default_factory=list)
-    plan_concrete_positions: list = field(default_factory=list)
     plan_outputs: list = field(default_factory=list)          # slots the plan nodes write
     layouts: list = field(default_factory=list)     # [(order, layout fn)], most recent first
     source: dict = field(default_factory=dict)

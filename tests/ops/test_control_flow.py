@@ -125,7 +125,8 @@ def test_an_if_prepared_once_for_every_shape_without_walking_its_branches(monkey
     monkeypatch.setattr(node_mod, "contains_expr", counting)
     sess = dynashape.InferenceSession(if_model().SerializeToString())
     (seg,) = [seg for seg in sess.program.segments if seg.binding]
-    (kernel, prepared), = seg.binding_kernels
+    (node,) = seg.binding
+    prepared = node.prepared
     assert prepared is not None and prepared[0].op_type == "If"    # static: made once, reused per run
     assert "Graph" not in calls and "ValueInfo" not in calls
     # a symbolic dim inside an imported node's attributes is never taken for a traced one

@@ -59,7 +59,7 @@ def _kernels(sess) -> list:
     """The KernelDefs of a session's steps and binding nodes (a Resize whose output shape
     only the run tells)."""
     ks = [st.kernel for st in sess.program.steps]
-    return ks + [k for seg in sess.program.segments for k, _ in seg.binding_kernels if k is not None]
+    return ks + [b.kernel for seg in sess.program.segments for b in seg.binding if b.kernel is not None]
 
 
 @pytest.fixture
