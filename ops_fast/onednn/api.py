@@ -150,7 +150,7 @@ def _candidates() -> list:
     # (the oneDNN wheels' RECORD, read from their .dist-info folders: no importlib.metadata)
     out.extend(f for name in DISTRIBUTIONS for f in distributions.files(name) or () if f.endswith("libdnnl.so.3"))
     out.append(os.path.join(sys.prefix, "lib", "libdnnl.so.3"))
-    return out
+    return list(dict.fromkeys(out))     # (a wheel's RECORD may name the prefix's own lib)
 
 
 _reason = ""
