@@ -14,7 +14,6 @@ import marshal
 import os
 import sys
 import threading
-import zlib
 from collections import OrderedDict
 from importlib.util import MAGIC_NUMBER
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Any, Optional
 import numpy as np
 
 from .symbolic import CODE_NAMESPACE, Expr, as_atom
-from .usercache import cache_dir, read_bytes, write_bytes
+from .usercache import cache_dir, checksum, read_bytes, write_bytes
 
 __all__ = ["CodeWriter", "ExprCoder"]
 
@@ -73,15 +72,14 @@ def _compiled(source: str, name: str):
             _CODE.move_to_end(source)
             return code
     # (a file name from the checksum of name and source: the same in every process)
-    data = f"{name}\n{source}".encode()
-    checksum = f"{zlib.crc32(data):08x}{zlib.adler32(data):08x}"
-    filename = f"<dynashape-{name}-{checksum}>"
+    key = checksum(f"{name}\n{source}".encode())
+    filename = f"<dynashape-{name}-{key}>"
     cached = len(source) >= CACHED_SOURCE_CHARS
-    code = _read_cached(checksum, source, filename) if cached else None
+    code = _read_cached(key, source, filename) if cached else None
     if code is None:
         code = compile(source, filename, "exec")
         if cached:
-            _write_cached(checksum, source, filename, code)
+            _write_cached(key, source, filename, code)
     with _CODE_LOCK:
         _CODE[source] = code
         _register_source(filename, source)
@@ -91,20 +89,20 @@ def _compiled(source: str, name: str):
     return code
 
 
-def _cache_file(checksum: str) -> Optional[Path]:
+def _cache_file(key: str) -> Optional[Path]:
     """Where the bytecode of a source is kept: under the cache directory, per Python bytecode
     format and optimisation level (``-O`` drops asserts), as ``__pycache__`` tells them apart."""
     root = cache_dir()
     if root is None:
         return None
     tag = f"{sys.implementation.cache_tag}-{MAGIC_NUMBER.hex()}-O{sys.flags.optimize}"
-    return root / "code" / tag / checksum
+    return root / "code" / tag / key
 
 
-def _read_cached(checksum: str, source: str, filename: str):
+def _read_cached(key: str, source: str, filename: str):
     """The cached code object of ``source``, or None (absent, damaged, or another source of the
     same checksum: the file holds its source, compared in full)."""
-    data = read_bytes(_cache_file(checksum))
+    data = read_bytes(_cache_file(key))
     if data is None:
         return None
     try:
@@ -114,8 +112,8 @@ def _read_cached(checksum: str, source: str, filename: str):
     return code if cached_source == source and cached_name == filename else None
 
 
-def _write_cached(checksum: str, source: str, filename: str, code) -> None:
-    path = _cache_file(checksum)
+def _write_cached(key: str, source: str, filename: str, code) -> None:
+    path = _cache_file(key)
     if path is not None and write_bytes(path, marshal.dumps((source, filename, code))):
         _prune(path.parent)
 

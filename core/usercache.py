@@ -14,10 +14,11 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import zlib
 from pathlib import Path
 from typing import Any, Optional
 
-__all__ = ["cache_dir", "read_bytes", "read_json", "write_bytes", "write_json"]
+__all__ = ["cache_dir", "checksum", "read_bytes", "read_json", "write_bytes", "write_json"]
 
 
 def cache_dir() -> Optional[Path]:
@@ -27,6 +28,13 @@ def cache_dir() -> Optional[Path]:
         return None if configured.strip().lower() in ("", "0", "off", "none", "false") else Path(configured)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "dynashape"
+
+
+def checksum(data: bytes) -> str:
+    """A cache entry's name for ``data``: 16 hex digits, CRC-32 then Adler-32 (no hashlib,
+    whose OpenSSL start costs a process ~5 ms; an entry holds what it was made from, or a key
+    of our own sources' versions, so a collision is never taken for a hit)."""
+    return f"{zlib.crc32(data):08x}{zlib.adler32(data):08x}"
 
 
 def read_json(path: Optional[Path]) -> Any:

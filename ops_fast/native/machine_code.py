@@ -30,7 +30,6 @@ import re
 import struct
 import sys
 import tempfile
-import zlib
 from pathlib import Path
 from typing import Optional
 
@@ -69,6 +68,7 @@ def cache_key(ir_module: str, depends=()) -> str:
     import importlib.util
 
     from dynashape.distributions import version
+    from dynashape.usercache import checksum
     llvmlite_version = version("llvmlite")
     if llvmlite_version is None:        # (a damaged install: importlib.metadata's scan, ~20 ms of imports)
         from importlib.metadata import version as metadata_version
@@ -76,7 +76,7 @@ def cache_key(ir_module: str, depends=()) -> str:
     data = b"".join(Path(source).read_bytes() for source in (
         importlib.util.find_spec(ir_module).origin, *depends, Path(__file__).with_name("ir_util.py")))
     data += f"{llvmlite_version}|{'|'.join(TARGET)}".encode()
-    return f"{ir_module.rsplit('.', 1)[-1]}-{zlib.crc32(data):08x}{zlib.adler32(data):08x}"
+    return f"{ir_module.rsplit('.', 1)[-1]}-{checksum(data)}"
 
 
 def compile_object(ir_text: str) -> bytes:
