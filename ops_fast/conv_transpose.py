@@ -46,7 +46,7 @@ Summation order: the direct loop sums each output element's terms kernel row by 
 row, channels in order, in fused multiply-adds; the gemm paths as BLAS sums them. Both
 differ from the numpy kernel and onnxruntime in the last bits only.
 
-Threads: each loop is a :class:`.loops.common.ThreadedLoop`: ``prange`` over (n, output
+Threads: each loop is a :class:`.loops.threaded.ThreadedLoop`: ``prange`` over (n, output
 channel or block of 4, band of output rows) jobs, the bands only as short as it takes to
 give each thread a few jobs (:func:`_rows_per_job`), so each output element is summed by
 one job in the serial order: the results do not depend on the thread count (BLAS, given

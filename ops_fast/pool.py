@@ -1,8 +1,8 @@
 """The pooling ops as direct compiled loops (:mod:`.loops.pool`) over the (n, c) planes of
 a 2-D (N, C, H, W) input, in the "taps" order (each output row takes one kernel tap at a
 time along its width: independent lanes, a vectorised inner loop at strides 1 and 2),
-split over the session's threads (:class:`.loops.common.ThreadedLoop`: ``prange`` over the
-planes, the parallel variant where ``SessionOptions.intra_op_num_threads`` > 1).
+split over the session's threads (:class:`.loops.threaded.ThreadedLoop`: ``prange`` over the
+planes, cut into parts where ``SessionOptions.intra_op_num_threads`` > 1).
 
 * ``loops.max_pool2d``: MaxPool without Indices, NaN skipped as onnxruntime skips it;
 * ``loops.avg_pool2d``: AveragePool (count_include_pad 0/1, ceil_mode, pads, auto_pad,

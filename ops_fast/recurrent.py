@@ -4,8 +4,8 @@ node that runs every step of every direction, calling BLAS for the recurrent pro
 
 Per node the kernel computes the input projection ``X @ W^T`` of all steps and directions
 with one numpy matmul (into a planned scratch buffer), then calls the family's loop, which,
-per direction and batch chunk (:class:`.loops.common.ThreadedLoop`: ``prange`` over
-directions x batch chunks, the parallel variant where ``SessionOptions.intra_op_num_threads``
+per direction and batch chunk (:class:`.loops.threaded.ThreadedLoop`: ``prange`` over
+directions x batch chunks, cut into parts where ``SessionOptions.intra_op_num_threads``
 > 1; each task runs its own whole time loop, so the threads never wait for each other), per
 step:
 

@@ -1,6 +1,6 @@
 """Resize (and Upsample) over the last two axes of a 4-D (N, C, H, W) input as compiled
 loops (:mod:`.loops.resize`), one (n, c) plane at a time, split over the session's threads
-(:class:`.loops.common.ThreadedLoop`, ``prange`` over the planes).
+(:class:`.loops.threaded.ThreadedLoop`, ``prange`` over the planes).
 
 The numpy kernel's ``prepare`` (``ops_builtin.resize``) maps every output coordinate to its
 source indices and weights, per axis, once per plan (every coordinate_transformation_mode,

@@ -17,7 +17,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .common import FMA_JIT, JIT, tap_span, threaded
+from .common import FMA_JIT, JIT, tap_span
+from .threaded import threaded
 
 
 @njit(inline="always", **JIT)

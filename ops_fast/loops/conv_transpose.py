@@ -14,7 +14,7 @@ interleaved into Y with the bias (:func:`_interleave`); every element of Y is wr
   per pass (fused multiply-adds, kernel row by kernel row, channels in order).
 
 Jobs: ``prange`` over (n, output channel or block of 4, band of output rows), each output
-element summed by one job in the serial order (:class:`.common.ThreadedLoop`).
+element summed by one job in the serial order (:class:`.threaded.ThreadedLoop`).
 
 Source: ONNX operator spec, ConvTranspose-22 (output position ``i*stride + k*dilation -
 pad_begin``).
@@ -24,7 +24,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .common import FMA_JIT, JIT, tap_span, threaded
+from .common import FMA_JIT, JIT, tap_span
+from .threaded import threaded
 
 
 #: a phase-split row may run this many columns (and a quarter of its width) past the output
@@ -107,7 +108,7 @@ def col2im2d(cols, bias, y, sh, sw, dh, dw, ph, pw, has_bias, rows_per_job):
     ``has_bias``. Each output row once: the taps of its phase added into a phase-split row,
     interleaved into y with the bias. Strides (sh, sw), dilations (dh, dw), pads_begin (ph,
     pw; negative where ``output_shape`` asks for more than the full output). Jobs: (n, m,
-    band of ``rows_per_job`` output rows), split over threads in the parallel variant.
+    band of ``rows_per_job`` output rows), split over threads where the run has several.
 
     Source: ONNX operator spec, ConvTranspose-22 (output position ``i*stride + k*dilation
     - pad_begin``)."""

@@ -1,7 +1,7 @@
 """The pool loops over the (n, c) planes of a 2-D (N, C, H, W) input (float32 / float64,
 C-contiguous), in the "taps" order: each output row takes one kernel tap at a time along
 its width (independent lanes, a vectorised inner loop at strides 1 and 2); ``prange`` over
-the planes (:class:`.common.ThreadedLoop`). The kernels, and where they hand over to the
+the planes (:class:`.threaded.ThreadedLoop`). The kernels, and where they hand over to the
 numpy ones, are :mod:`dynashape.ops_fast.pool`.
 
 Source: ONNX operator spec (Operators.md), MaxPool-12/22, AveragePool-19/22, LpPool-18/22,
@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .common import JIT, SUM_JIT, tap_span, threaded
+from .common import JIT, SUM_JIT, tap_span
+from .threaded import threaded
 
 
 # ----------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The recurrent ops' compiled time loops: LSTM, GRU and RNN, one call per node running
 every step of every direction (:func:`lstm_loop`, :func:`gru_loop`, :func:`rnn_loop`,
-``prange`` over directions x batch chunks, :class:`.common.ThreadedLoop`), the recurrent
+``prange`` over directions x batch chunks, :class:`.threaded.ThreadedLoop`), the recurrent
 product per step through cblas (:func:`_gemm`), the gates in one vectorised pass with
 MLAS's float32 sigmoid / tanh (:func:`logistic`, :func:`tanh`, :func:`gru_reset_sigmoid`,
 :func:`gru_tanh`). The kernels, and what they hand over to the numpy one, are
@@ -27,7 +27,8 @@ from numba.extending import overload
 
 from .. import blas
 from ..blas import NO_TRANS, ROW_MAJOR, TRANS
-from .common import FMA_JIT, threaded
+from .common import FMA_JIT
+from .threaded import threaded
 
 #: the overloads' compile options: no on-disk cache of their own (the loops that call them are cached)
 _OVERLOAD_JIT = {k: v for k, v in FMA_JIT.items() if k != "cache"}

@@ -1,5 +1,5 @@
 """The Resize loops over the last two axes of a 4-D (N, C, H, W) input (float32 / float64),
-one (n, c) plane at a time, ``prange`` over the planes (:class:`.common.ThreadedLoop`), from
+one (n, c) plane at a time, ``prange`` over the planes (:class:`.threaded.ThreadedLoop`), from
 the per-axis index / weight tables :mod:`dynashape.ops_fast.resize` makes of the numpy
 kernel's plan.
 
@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
-from .common import JIT, threaded
+from .common import JIT
+from .threaded import threaded
 
 
 @threaded(JIT)

@@ -17,6 +17,7 @@ import onnx.backend.test
 
 from dynashape.backend import DynashapeBackend
 from tests.conftest import BLAS_SUMS_LIKE_MLAS
+from tests.conformance import node_cases
 
 #: test name pattern -> why it does not run
 EXCLUDED: dict[str, str] = {
@@ -71,6 +72,7 @@ class _EveryModelBackend(DynashapeBackend):
         return True
 
 
+node_cases.install()
 backend_test = onnx.backend.test.BackendTest(_EveryModelBackend, __name__)
 for pattern in EXCLUDED:
     backend_test.exclude(pattern)

@@ -20,6 +20,7 @@ from onnx.backend.test.loader import load_model_tests
 from dynashape import get_registry
 from dynashape.backend import DynashapeBackend
 from dynashape.errors import UnsupportedOperatorError
+from tests.conformance import node_cases
 
 #: test name -> why it does not run.
 EXCLUDED: dict[str, str] = {
@@ -96,6 +97,7 @@ class _BackendTest(onnx.backend.test.BackendTest):
                 super().assert_similar_outputs([ref], [out], rtol, atol, model_dir)
 
 
+node_cases.install()
 backend_test = _BackendTest(DynashapeBackend, __name__)
 _names = covered_tests()
 if _names:

@@ -350,9 +350,10 @@ print(len(os.listdir("/proc/self/task")))
 
 @pytest.mark.skipif(not __import__("os").path.isdir("/proc/self/task"), reason="counts threads in /proc")
 def test_a_serial_run_after_a_parallel_one_starts_no_threads(tmp_path):
-    """The parallel variant has its own entry in numba's on-disk cache: after a process ran
-    (and cached) it, a single-threaded process's run loads the serial code, which starts no
-    thread (sharing the entry, it loaded the parallel code and numba's pool spun)."""
+    """After a process ran (and cached) the loop over two threads, a single-threaded process's
+    run starts no thread: one compiled function serves both, and only a run with more than
+    one intra-op thread starts the worker threads (once numba's ``parallel=True`` variant
+    shared the cache entry, and its thread pool spun beside the caller)."""
     import os
     import subprocess
     import sys
