@@ -38,7 +38,7 @@ from .plan import Plan
 from .profiling import Profiler
 from .program import Program
 from .registry import get_registry
-from .subgraph import SubgraphRunner
+from .subgraph import runner_factory
 from .symbolic_inference import SymbolicGraph
 from .threads import BlasThreads, waiting_for_compiled_kernels
 
@@ -318,6 +318,10 @@ class InferenceSession:
             first run that needs one, ~1 s per process) instead of taking the kernels' numpy
             path meanwhile (:mod:`dynashape.ops_fast.tiering`): every run then computes with
             the same kernels, bit for bit. Default False (also ``DYNASHAPE_COMPILED_WAIT=1``).
+        lazy_subgraphs: compile each If/Loop/Scan body when it first runs, so that a branch
+            that is never taken costs nothing. Default False: every body is compiled with the
+            session, as onnxruntime initialises its subgraphs, so that no run pays for one
+            (a merged decoder's first two steps would each compile a whole decoder).
         external_data_dir: the directory external-data files are read from when the model
             is given as bytes or a ``ModelProto`` (a path reads them from the model's own
             directory). Every reference must resolve inside it: absolute paths, ``..`` and
@@ -343,7 +347,7 @@ class InferenceSession:
                  validate_memory: Optional[bool] = None, strict_dim_params: bool = False,
                  optimize: Optional[bool] = None, compiled_kernels: Union[bool, Iterable[str]] = True,
                  memory_limit: Union[int, str, None] = None, external_data_dir: Optional[str] = None,
-                 wait_for_compiled_kernels: bool = False, **kwargs: Any):
+                 wait_for_compiled_kernels: bool = False, lazy_subgraphs: bool = False, **kwargs: Any):
         _check_ort_kwargs(kwargs)
         settings = session_settings(sess_options, allocator)
         self._providers, self._provider_options = resolve_providers(providers, provider_options)
@@ -386,7 +390,8 @@ class InferenceSession:
         key = None if self.model.external_data or supplied else compiled_models.model_key(path_or_bytes)
         if key is not None:
             key += (self.registry, settings.fold_constants, self.optimize, self.allocator, self.validate_memory,
-                    self.memory_limit, int(plan_cache_size), tuple(sorted(so._free_dims_by_name.items())),
+                    self.memory_limit, int(plan_cache_size), bool(lazy_subgraphs),
+                    tuple(sorted(so._free_dims_by_name.items())),
                     tuple(sorted(so._free_dims_by_denotation.items())))
         #: what this session compiled, or took from an earlier session of the same model (compiled.py)
         found = compiled_models.lookup(key) if key is not None else None
@@ -406,7 +411,8 @@ class InferenceSession:
                              self.allocator, validate=self.validate_memory, strict_dim_params=self.strict_dim_params,
                              plan_cache_size=plan_cache_size, name=self.model.graph.name or "model",
                              optimize=self.optimize, fold=settings.fold_constants, memory_limit=self.memory_limit,
-                             shared=self._compiled, body_runner=SubgraphRunner)
+                             shared=self._compiled,
+                             body_runner=runner_factory(not lazy_subgraphs))
         self.engine.profiler = self._profiler
         self.engine.quiet = settings.quiet
         # the constants a kernel's prepacked form replaced (program.py, _release_prepacked)

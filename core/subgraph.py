@@ -1,9 +1,11 @@
 """Subgraphs (the branches of If, the bodies of Loop and Scan) as programs of their own.
 
 A :class:`SubgraphRunner` is made once per subgraph by the enclosing program (through
-``ctx.services.subgraph(graph)``), with the session's registry, and compiles the body when it
-first runs (an If's branch that is never taken costs nothing; a merged decoder's prompt step
-compiles its no-cache branch only): the enclosing graph's
+``ctx.services.subgraph(graph)``, when the node's kernel is prepared), with the session's
+registry. An eager runner (a session's default, as onnxruntime initialises every subgraph at
+session creation) compiles its body at once, and so its own bodies; a lazy one
+(``InferenceSession(..., lazy_subgraphs=True)``) when the body first runs, so that an If's
+branch that is never taken costs nothing. The enclosing graph's
 constants become the subgraph's constants (so weights fold there too), its other outer
 values become inputs with the dims they have outside. Plans are cached per signature and
 runs take execution contexts from the runner's own pool, as the session's do.
@@ -11,6 +13,7 @@ runs take execution contexts from the runner's own pool, as the session's do.
 from __future__ import annotations
 
 import threading
+from functools import partial
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
@@ -23,7 +26,7 @@ from .model import Graph
 from .registry import Registry
 from .rewrite import RewriteReport
 
-__all__ = ["SubgraphRunner"]
+__all__ = ["SubgraphRunner", "runner_factory"]
 
 _MISSING = object()
 
@@ -41,6 +44,8 @@ class SubgraphRunner:
         outer_constants: outer values that are constants of the enclosing graph.
         optimize / fold: run the registry's graph rewrites / fold constant-only nodes of the
             body (the session's settings).
+        eager: compile the body now (and the bodies in it, eager too) instead of at its
+            first run.
     """
 
     opaque_to_tracing = True
@@ -48,7 +53,8 @@ class SubgraphRunner:
     def __init__(self, graph: Graph, opsets: Mapping[str, int], registry: Registry, allocator: str = "pool",
                  outer_dims: Optional[dict] = None, outer_dtypes: Optional[dict] = None,
                  outer_constants: Optional[dict] = None, validate: bool = False, plan_cache_size: int = 16,
-                 optimize: bool = False, memory_limit: Optional[int] = None, fold: bool = True):
+                 optimize: bool = False, memory_limit: Optional[int] = None, fold: bool = True,
+                 eager: bool = False):
         self.graph = graph
         self.registry = registry
         self.outer = tuple(sorted(graph.outer_names()))
@@ -59,15 +65,17 @@ class SubgraphRunner:
         self.output_names = [v.name for v in graph.outputs]
         self._all_outputs = list(range(len(graph.outputs)))
         self._settings = (dict(opsets), allocator, outer_dims or {}, outer_dtypes or {}, validate, plan_cache_size,
-                          optimize, fold, memory_limit)
+                          optimize, fold, memory_limit, eager)
         self._engine: Optional[Engine] = None
         self._prepared = self._rewrites = None     # (set with the engine by _compile)
         self._lock = threading.Lock()
         #: what the op running this body derived from it, by the op's key (a Scan's
         #: vectorized body and its runner): made once per body, whichever plan asks
         self.derived: dict = {}
+        if eager:
+            self._compile()
 
-    # the body is compiled when it first runs (an If's branch that is never taken, never) ----
+    # a lazy runner's body is compiled when it first runs (an If's branch never taken, never) ----
     @property
     def engine(self) -> Engine:
         engine = self._engine
@@ -91,8 +99,8 @@ class SubgraphRunner:
         with self._lock:
             if self._engine is not None:
                 return self._engine
-            opsets, allocator, outer_dims, outer_dtypes, validate, plan_cache_size, optimize, fold, memory_limit = \
-                self._settings
+            (opsets, allocator, outer_dims, outer_dtypes, validate, plan_cache_size, optimize, fold, memory_limit,
+             eager) = self._settings
             outer_types = {name: (outer_dims.get(name), outer_dtypes.get(name)) for name in self.outer_inputs}
             c = compile_graph(self.graph, self.registry, self.graph.inputs, opsets=opsets, outer=self.outer,
                               outer_constants=self._constants, outer_types=outer_types, fold=fold,
@@ -101,7 +109,7 @@ class SubgraphRunner:
             self._engine = Engine(c.graph, self.registry, c.dims, c.dtypes, self.input_names, allocator,
                                   validate=validate, plan_cache_size=plan_cache_size,
                                   name=f"body-{self.graph.name or 'subgraph'}", optimize=optimize, fold=fold,
-                                  memory_limit=memory_limit, body_runner=SubgraphRunner)
+                                  memory_limit=memory_limit, body_runner=runner_factory(eager))
             return self._engine
 
     @property
@@ -168,3 +176,8 @@ class SubgraphRunner:
             return [(None, None)] * len(self.output_names)
         program = plan.program
         return [(plan.shape_of(s), program.sg.dtypes[s]) for s in program.pg.output_slots]
+
+
+def runner_factory(eager: bool):
+    """What an engine makes its subgraphs' runners with: eager ones compile at once."""
+    return partial(SubgraphRunner, eager=True) if eager else SubgraphRunner

@@ -85,18 +85,34 @@ def test_if_reruns_with_changing_shapes_and_naive_allocator():
         np.testing.assert_allclose(y, x + a if flag else np.concatenate([x, x]))
 
 
-def test_an_if_branch_is_compiled_when_first_taken():
-    """then: x + a; else: a node of an op nobody registered. Runs that take the then branch
-    never compile the else branch (a merged decoder's prompt and decode steps each compile
-    one); the first run that takes it reports the op."""
+def _if_with_an_unknown_op_in_else():
     then_g = helper.make_graph([helper.make_node("Add", ["x", "a"], ["t"])], "then", [], [vi("t", F, None)])
     else_g = helper.make_graph([helper.make_node("Nope", ["x"], ["e"], domain="com.nowhere")], "else", [],
                                [vi("e", F, None)])
     nodes = [helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)]
-    m = helper.make_model(helper.make_graph(nodes, "g", [vi("c", B, []), vi("x", F, ["n", 3]), vi("a", F, [3])],
-                                            [vi("y", F, None)]),
-                          opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.nowhere", 1)])
-    sess = dynashape.InferenceSession(m.SerializeToString())
+    return helper.make_model(helper.make_graph(nodes, "g", [vi("c", B, []), vi("x", F, ["n", 3]), vi("a", F, [3])],
+                                               [vi("y", F, None)]),
+                             opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.nowhere", 1)])
+
+
+def test_every_if_branch_is_compiled_with_the_session():
+    """By default both branches (and the bodies in them) are compiled when the session is
+    created, as onnxruntime initialises its subgraphs: no run compiles one (a merged decoder's
+    first two steps each compiled a whole decoder), and an op nobody registered in a branch
+    is reported at creation."""
+    sess = dynashape.InferenceSession(if_model().SerializeToString())
+    (seg,) = [seg for seg in sess.program.segments if seg.binding]
+    _, then_r, else_r, _ = seg.binding[0].prepared
+    assert then_r._engine is not None and else_r._engine is not None
+    with pytest.raises(dynashape.UnsupportedOperatorError, match="Nope"):
+        dynashape.InferenceSession(_if_with_an_unknown_op_in_else().SerializeToString())
+
+
+def test_with_lazy_subgraphs_an_if_branch_is_compiled_when_first_taken():
+    """then: x + a; else: a node of an op nobody registered. With ``lazy_subgraphs=True``,
+    runs that take the then branch never compile the else branch; the first run that takes
+    it reports the op, and the session stays usable."""
+    sess = dynashape.InferenceSession(_if_with_an_unknown_op_in_else().SerializeToString(), lazy_subgraphs=True)
     x, a = np.arange(6, dtype=np.float32).reshape(2, 3), np.array([1, 2, 3], np.float32)
     for n in (2, 1):
         (y,) = sess.run(None, {"c": np.array(True), "x": x[:n], "a": a})
