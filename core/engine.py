@@ -77,6 +77,9 @@ class Engine:
         body_runner: makes the runner of a subgraph (an If/Loop/Scan body) with the program's
             settings: :class:`dynashape.subgraph.SubgraphRunner` (given by the session, the
             layer above, so that the engine imports nothing of it).
+        eager_bodies: the bodies of the program made now, for the declared inputs, compile
+            with it (the session's default); programs made later, during runs (an input's
+            filled rank, split dim_params), compile a body when it first runs.
     """
 
     def __init__(self, pg: PreparedGraph, registry: Registry, input_dims: dict, input_dtypes: dict,
@@ -84,7 +87,7 @@ class Engine:
                  strict_dim_params: bool = False, plan_cache_size: int = 8, name: str = "model",
                  input_values: Optional[dict] = None, optimize: bool = False, fold: bool = True,
                  memory_limit: Optional[int] = None, shared: Optional[Any] = None,
-                 body_runner: Optional[Callable] = None):
+                 body_runner: Optional[Callable] = None, eager_bodies: bool = False):
         self.pg = pg
         self.body_runner = body_runner
         self.memory_limit = memory_limit
@@ -118,9 +121,9 @@ class Engine:
         self._open = [pos for pos, slot in enumerate(pg.input_slots) if _open_input(input_dims.get(slot),
                                                                                     input_dtypes.get(slot))]
         self.programs: dict = {} if shared is None else shared.programs
-        self.program = self._base_program(())
+        self.program = self._base_program((), eager_bodies)
 
-    def _base_program(self, fill: tuple) -> Program:
+    def _base_program(self, fill: tuple, eager_bodies: bool = False) -> Program:
         """The program for the declared inputs. Inputs declared without a shape or an element
         type get the rank (one symbol per axis) and dtype they have: ``fill`` holds them,
         (rank or None, dtype or None) per such input; a program per pattern. A sequence or
@@ -134,7 +137,7 @@ class Engine:
                     dims[slot] = tuple(sym(f"unk__{self.input_names[pos]}_{axis}") for axis in range(rank))
                 if dtype is not None:
                     dtypes[slot] = dtype
-            program = self._compile(dims, dtypes)
+            program = self._compile(dims, dtypes, eager_bodies)
             with self._lock:
                 program = self.programs.setdefault(("fill", fill), program)
         return program
@@ -294,10 +297,11 @@ class Engine:
         with self._lock:
             return next(reversed(self._plans.values()), None) if self._plans else None
 
-    def _compile(self, input_dims: dict, input_dtypes: Optional[dict] = None) -> Program:
+    def _compile(self, input_dims: dict, input_dtypes: Optional[dict] = None, eager_bodies: bool = False) -> Program:
         return Program(self.pg, self.registry, input_dims, input_dtypes or self.input_dtypes, self.allocator,
                        self.input_values, self.name, validate=self.validate, optimize=self.optimize,
-                       fold=self.fold, memory_limit=self.memory_limit, body_runner=self.body_runner)
+                       fold=self.fold, memory_limit=self.memory_limit, body_runner=self.body_runner,
+                       eager_bodies=eager_bodies)
 
     # --- dim_params as hints -------------------------------------------------------------
     def _bind(self, feeds: Sequence) -> tuple[Program, tuple]:

@@ -52,13 +52,16 @@ class Program:
             the machine's memory).
         optimize / fold: what the bodies of its subgraphs get (``body_runner``): the graph
             rewrites / constant folding, as the session's graph.
+        eager_bodies: its subgraphs' runners compile their bodies when made (when the node is
+            prepared, so with this program), not at their first run.
     """
 
     def __init__(self, pg: PreparedGraph, registry: Registry, input_dims: dict, input_dtypes: dict,
                  allocator: str = "pool", input_values: Optional[dict] = None, name: str = "graph",
                  validate: bool = False, optimize: bool = False, memory_limit: Optional[int] = None,
-                 body_runner: Optional[Callable] = None, fold: bool = True):
+                 body_runner: Optional[Callable] = None, fold: bool = True, eager_bodies: bool = False):
         self.pg = pg
+        self.eager_bodies = eager_bodies
         #: makes a subgraph's runner (``SubgraphRunner``'s signature; :meth:`_compile_body`)
         self.body_runner = body_runner
         self.optimize = optimize
@@ -492,7 +495,7 @@ class Program:
         return self.body_runner(graph, self.pg.opsets, self.registry, allocator=self.allocator,
                                 outer_dims=dims, outer_dtypes=dtypes, outer_constants=constants,
                                 validate=self.validate, optimize=self.optimize, fold=self.fold,
-                                memory_limit=self.memory_limit)
+                                memory_limit=self.memory_limit, eager=self.eager_bodies)
 
     # --- reports -------------------------------------------------------------------------
     def describe(self) -> dict:

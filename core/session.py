@@ -38,7 +38,7 @@ from .plan import Plan
 from .profiling import Profiler
 from .program import Program
 from .registry import get_registry
-from .subgraph import runner_factory
+from .subgraph import SubgraphRunner
 from .symbolic_inference import SymbolicGraph
 from .threads import BlasThreads, waiting_for_compiled_kernels
 
@@ -412,7 +412,7 @@ class InferenceSession:
                              plan_cache_size=plan_cache_size, name=self.model.graph.name or "model",
                              optimize=self.optimize, fold=settings.fold_constants, memory_limit=self.memory_limit,
                              shared=self._compiled,
-                             body_runner=runner_factory(not lazy_subgraphs))
+                             body_runner=SubgraphRunner, eager_bodies=not lazy_subgraphs)
         self.engine.profiler = self._profiler
         self.engine.quiet = settings.quiet
         # the constants a kernel's prepacked form replaced (program.py, _release_prepacked)

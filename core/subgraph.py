@@ -13,7 +13,6 @@ runs take execution contexts from the runner's own pool, as the session's do.
 from __future__ import annotations
 
 import threading
-from functools import partial
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
@@ -25,8 +24,9 @@ from .engine import Engine
 from .model import Graph
 from .registry import Registry
 from .rewrite import RewriteReport
+from .symbolic import strict_comparisons
 
-__all__ = ["SubgraphRunner", "runner_factory"]
+__all__ = ["SubgraphRunner"]
 
 _MISSING = object()
 
@@ -97,20 +97,25 @@ class SubgraphRunner:
     @gcpause.paused     # (the body's compile, as a session's: gcpause.py)
     def _compile(self) -> Engine:
         with self._lock:
-            if self._engine is not None:
-                return self._engine
-            (opsets, allocator, outer_dims, outer_dtypes, validate, plan_cache_size, optimize, fold, memory_limit,
-             eager) = self._settings
-            outer_types = {name: (outer_dims.get(name), outer_dtypes.get(name)) for name in self.outer_inputs}
-            c = compile_graph(self.graph, self.registry, self.graph.inputs, opsets=opsets, outer=self.outer,
-                              outer_constants=self._constants, outer_types=outer_types, fold=fold,
-                              optimize=optimize, memory_limit=memory_limit)
-            self._prepared, self._rewrites = c.graph, c.rewrites
-            self._engine = Engine(c.graph, self.registry, c.dims, c.dtypes, self.input_names, allocator,
-                                  validate=validate, plan_cache_size=plan_cache_size,
-                                  name=f"body-{self.graph.name or 'subgraph'}", optimize=optimize, fold=fold,
-                                  memory_limit=memory_limit, body_runner=runner_factory(eager))
+            if self._engine is None:
+                # (an eager body compiles inside its node's traced prepare: its own compile
+                # compares symbols as any compile does)
+                with strict_comparisons(False):
+                    self._engine = self._compile_engine()
             return self._engine
+
+    def _compile_engine(self) -> Engine:
+        (opsets, allocator, outer_dims, outer_dtypes, validate, plan_cache_size, optimize, fold, memory_limit,
+         eager) = self._settings
+        outer_types = {name: (outer_dims.get(name), outer_dtypes.get(name)) for name in self.outer_inputs}
+        c = compile_graph(self.graph, self.registry, self.graph.inputs, opsets=opsets, outer=self.outer,
+                          outer_constants=self._constants, outer_types=outer_types, fold=fold,
+                          optimize=optimize, memory_limit=memory_limit)
+        self._prepared, self._rewrites = c.graph, c.rewrites
+        return Engine(c.graph, self.registry, c.dims, c.dtypes, self.input_names, allocator,
+                      validate=validate, plan_cache_size=plan_cache_size,
+                      name=f"body-{self.graph.name or 'subgraph'}", optimize=optimize, fold=fold,
+                      memory_limit=memory_limit, body_runner=SubgraphRunner, eager_bodies=eager)
 
     @property
     def program(self):
@@ -177,7 +182,3 @@ class SubgraphRunner:
         program = plan.program
         return [(plan.shape_of(s), program.sg.dtypes[s]) for s in program.pg.output_slots]
 
-
-def runner_factory(eager: bool):
-    """What an engine makes its subgraphs' runners with: eager ones compile at once."""
-    return partial(SubgraphRunner, eager=True) if eager else SubgraphRunner

@@ -108,6 +108,33 @@ def test_every_if_branch_is_compiled_with_the_session():
         dynashape.InferenceSession(_if_with_an_unknown_op_in_else().SerializeToString())
 
 
+def _branch_of(program, attr):
+    (node,) = [pn.node for pn in program.pg.nodes if pn.node.op_type == "If"]
+    return node.attrs[attr]
+
+
+def test_a_program_made_during_a_run_compiles_only_the_branch_it_takes():
+    """A feed that binds a declared dim_param to two values (x's n and a's n) gets a program
+    of its own while it runs: its branches compile when first taken, as with lazy_subgraphs
+    (compiling both there would put the branch never taken inside that run)."""
+    then_g = helper.make_graph([helper.make_node("ReduceSum", ["x"], ["t"], keepdims=0)], "then", [],
+                               [vi("t", F, None)])
+    else_g = helper.make_graph([helper.make_node("ReduceSum", ["a"], ["e"], keepdims=0)], "else", [],
+                               [vi("e", F, None)])
+    nodes = [helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)]
+    m = model(nodes, [vi("c", B, []), vi("x", F, ["n"]), vi("a", F, ["n"])], [vi("y", F, None)])
+    sess = dynashape.InferenceSession(m.SerializeToString())
+    x, a = np.arange(3, dtype=np.float32), np.arange(5, dtype=np.float32)
+    with pytest.warns(RuntimeWarning, match="dim_params are hints"):
+        (y,) = sess.run(None, {"c": np.array(True), "x": x, "a": a})
+    assert y == 3.0
+    (split,) = [p for key, p in sess.engine.programs.items() if key[0] == "split"]
+    then_r, else_r = (split.services.subgraph(_branch_of(split, b)) for b in ("then_branch", "else_branch"))
+    assert then_r._engine is not None and else_r._engine is None
+    (y,) = sess.run(None, {"c": np.array(False), "x": x, "a": a})
+    assert y == 10.0 and else_r._engine is not None
+
+
 def test_with_lazy_subgraphs_an_if_branch_is_compiled_when_first_taken():
     """then: x + a; else: a node of an op nobody registered. With ``lazy_subgraphs=True``,
     runs that take the then branch never compile the else branch; the first run that takes
