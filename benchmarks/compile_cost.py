@@ -14,6 +14,7 @@ pays for the compiled kernels once the machine has compiled them.
 Run from the repository root:
     python benchmarks/compile_cost.py                     # bert_tiny, resnet_tiny, vit_tiny
     python benchmarks/compile_cost.py --models gpt2,ppocr
+    python benchmarks/compile_cost.py --threads 2     # sessions with two intra-op threads
 """
 from __future__ import annotations
 
@@ -59,6 +60,8 @@ def measure(path: str, shape: str, cache_dir: str, compiled: bool) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="bert_tiny,resnet_tiny,vit_tiny", help="comma-separated zoo keys")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="intra-op threads of the sessions (OMP_NUM_THREADS, read by _env; default 1)")
     args = ap.parse_args(argv)
     C.require_zoo()
     C.header("compile cost of the compiled kernels (dynashape.ops_fast): fresh processes, empty vs warm cache")
