@@ -7,7 +7,8 @@ of two more arguments, ``part`` and ``parts``, that runs only the tasks
 from a run that may use ``t > 1`` intra-op threads (``SessionOptions.intra_op_num_threads``,
 :func:`dynashape.threads.intra_op_threads`), the calling thread runs part 0 and ``t - 1``
 worker threads of this module's pool run the others, outside the GIL; otherwise the caller
-runs the one part alone and no thread starts.
+runs the one part alone and no thread starts. Where the loop's source cannot be read (a frozen
+application), it is compiled as written and runs whole on the calling thread.
 
 Why not numba's ``parallel=True``: its parfors pipeline compiles a loop of this size in 8-16 s
 per signature where the plain loop takes a fraction of that (measured: ``conv2d_direct``,
@@ -111,7 +112,13 @@ class ThreadedLoop:
     process (what tests read to see that a loop was split)."""
 
     def __init__(self, fn: FunctionType, flags: dict):
-        self.compiled = njit(nogil=True, **flags)(_split_function(fn))
+        try:
+            split = _split_function(fn)
+        except OSError:   # no source to cut (a frozen application): the whole loop on the caller
+            split = None
+        #: None: the loop runs whole on the calling thread, ``prange`` as ``range``
+        self.compiled = njit(nogil=True, **flags)(split) if split is not None else None
+        self._whole = njit(nogil=True, **flags)(fn) if split is None else None
         self.most_parts = 0
         self.__doc__ = fn.__doc__
 
@@ -124,6 +131,9 @@ class ThreadedLoop:
 
     def _parts(self, parts: int, args: tuple):
         compiled = self.compiled
+        if compiled is None:
+            self.most_parts = max(self.most_parts, 1)
+            return self._whole(*args)
         if parts > self.most_parts:
             self.most_parts = parts
         if parts <= 1:

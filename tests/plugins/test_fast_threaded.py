@@ -122,3 +122,17 @@ def test_a_forked_child_runs_its_parts_on_a_pool_of_its_own(run_threads):
             os._exit(2)
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+
+
+def test_a_loop_without_source_runs_whole_on_the_calling_thread(run_threads):
+    """Where the source cannot be read (a function made by exec, a frozen application) the
+    loop cannot be cut: it runs whole, ``prange`` as ``range``, on the calling thread."""
+    namespace = {"prange": prange}
+    exec("def no_source(x, out):\n    for i in prange(x.shape[0]):\n        out[i] = 2 * x[i]\n", namespace)
+    loop = ThreadedLoop(namespace["no_source"], FLAGS)
+    assert loop.compiled is None
+    run_threads(4)
+    x, out = np.arange(9.0), np.empty(9)
+    loop(x, out)
+    np.testing.assert_array_equal(out, 2 * x)
+    assert loop.most_parts == 1
