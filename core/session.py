@@ -411,8 +411,7 @@ class InferenceSession:
                              self.allocator, validate=self.validate_memory, strict_dim_params=self.strict_dim_params,
                              plan_cache_size=plan_cache_size, name=self.model.graph.name or "model",
                              optimize=self.optimize, fold=settings.fold_constants, memory_limit=self.memory_limit,
-                             shared=self._compiled,
-                             body_runner=SubgraphRunner, eager_bodies=not lazy_subgraphs)
+                             shared=self._compiled, body_runner=SubgraphRunner, eager_bodies=not lazy_subgraphs)
         self.engine.profiler = self._profiler
         self.engine.quiet = settings.quiet
         # the constants a kernel's prepacked form replaced (program.py, _release_prepacked)

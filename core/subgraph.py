@@ -181,4 +181,3 @@ class SubgraphRunner:
             return [(None, None)] * len(self.output_names)
         program = plan.program
         return [(plan.shape_of(s), program.sg.dtypes[s]) for s in program.pg.output_slots]
-

@@ -94,13 +94,23 @@ def test_a_loop_without_exactly_one_prange_is_refused_at_decoration(fn, found):
         ThreadedLoop(fn, FLAGS)
 
 
-def test_a_one_thread_run_starts_no_worker_thread(run_threads):
-    import threading
+def test_a_one_thread_run_or_one_task_hands_nothing_to_the_worker_threads(run_threads, monkeypatch):
+    """One intra-op thread, or one task, runs on the caller: the pool is never asked for
+    (so a process that runs serially never starts a worker thread)."""
+    from dynashape.ops_fast.loops import threaded as threaded_module
+
+    class NoWorkers:
+        def get(self, size):
+            raise AssertionError(f"a serial call asked for {size} worker thread(s)")
+    monkeypatch.setattr(threaded_module, "_WORKERS", NoWorkers())
     loop = ThreadedLoop(_plain_square_plus_task, FLAGS)
+    x, out = np.arange(64.0), np.empty(64)
     run_threads(1)
-    before = {t.name for t in threading.enumerate()}
-    loop(np.ones(64), np.empty(64))
-    assert {t.name for t in threading.enumerate()} - before == set()
+    loop(x, out)
+    run_threads(4)
+    loop.run(1, x, out)
+    np.testing.assert_array_equal(out, x * x + np.arange(64))
+    assert loop.most_parts == 1
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
