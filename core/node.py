@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence
 import numpy as np
 
 from .dtypes import ValueType, value_type_of
-from .errors import DynashapeError, ExecutionError, PluginContractError, UnsupportedOperatorError
+from .errors import DynashapeError, ExecutionError, PluginContractError
 from .fpstate import quiet_floating_point
 from .graph import PreparedNode
 from .limits import allocation_error, check_tensor, is_resource_failure
@@ -135,6 +135,10 @@ class NodeServices:
                                      "services were made without a subgraph compiler")
             runner = self._subgraphs.setdefault(id(graph), self._compile_subgraph(graph))
         return runner
+
+    def runners(self) -> list:
+        """The runners :meth:`subgraph` has made so far."""
+        return list(self._subgraphs.values())
 
 
 def make_context(pn: PreparedNode, shapes: Sequence, dtypes: Sequence, values: Sequence,
@@ -352,8 +356,6 @@ def trace_prepare(kernel: KernelDef, ctx: InferContext) -> PrepareTrace:
     try:
         with strict_comparisons():
             value = kernel.prepare(ctx)
-    except UnsupportedOperatorError:
-        raise   # (a subgraph compiled with the session holds an op nobody registered: no shape helps)
     except Exception:  # noqa: BLE001 - anything that needs concrete shapes
         return PrepareTrace(CONCRETE)
     found = contains_expr(value)

@@ -52,8 +52,8 @@ class Program:
             the machine's memory).
         optimize / fold: what the bodies of its subgraphs get (``body_runner``): the graph
             rewrites / constant folding, as the session's graph.
-        eager_bodies: its subgraphs' runners compile their bodies when made (when the node is
-            prepared, so with this program), not at their first run.
+        eager_bodies: the runners its nodes' preparations made compile their bodies with this
+            program (an error in a body is raised here), not at their first run.
     """
 
     def __init__(self, pg: PreparedGraph, registry: Registry, input_dims: dict, input_dtypes: dict,
@@ -104,6 +104,9 @@ class Program:
         self.binder, self.binder_source = emitter.binder()
         self.output_copy = self._output_copies()
         self.copies_outputs = any(self.output_copy)
+        if eager_bodies:   # (after the steps: a traced preparation made the runners, compiling nothing)
+            for runner in self.services.runners():
+                runner.compile()
 
     # --- structure ---------------------------------------------------------------------
     def _make_segments(self) -> None:
@@ -495,7 +498,7 @@ class Program:
         return self.body_runner(graph, self.pg.opsets, self.registry, allocator=self.allocator,
                                 outer_dims=dims, outer_dtypes=dtypes, outer_constants=constants,
                                 validate=self.validate, optimize=self.optimize, fold=self.fold,
-                                memory_limit=self.memory_limit, eager=self.eager_bodies)
+                                memory_limit=self.memory_limit, eager_bodies=self.eager_bodies)
 
     # --- reports -------------------------------------------------------------------------
     def describe(self) -> dict:

@@ -2,10 +2,11 @@
 
 A :class:`SubgraphRunner` is made once per subgraph by the enclosing program (through
 ``ctx.services.subgraph(graph)``, when the node's kernel is prepared), with the session's
-registry. An eager runner (a session's default, as onnxruntime initialises every subgraph at
-session creation) compiles its body at once, and so its own bodies; a lazy one
-(``InferenceSession(..., lazy_subgraphs=True)``) when the body first runs, so that an If's
-branch that is never taken costs nothing. The enclosing graph's
+registry. It compiles its body when the enclosing program asks (a session's program does, once
+its steps are made, as onnxruntime initialises every subgraph at session creation; the body's
+own bodies then compile with it), else when the body first runs (``InferenceSession(...,
+lazy_subgraphs=True)``, and programs made during runs), so that an If's branch that is never
+taken costs nothing. The enclosing graph's
 constants become the subgraph's constants (so weights fold there too), its other outer
 values become inputs with the dims they have outside. Plans are cached per signature and
 runs take execution contexts from the runner's own pool, as the session's do.
@@ -24,7 +25,6 @@ from .engine import Engine
 from .model import Graph
 from .registry import Registry
 from .rewrite import RewriteReport
-from .symbolic import strict_comparisons
 
 __all__ = ["SubgraphRunner"]
 
@@ -44,8 +44,7 @@ class SubgraphRunner:
         outer_constants: outer values that are constants of the enclosing graph.
         optimize / fold: run the registry's graph rewrites / fold constant-only nodes of the
             body (the session's settings).
-        eager: compile the body now (and the bodies in it, eager too) instead of at its
-            first run.
+        eager_bodies: the bodies inside this one compile with it (see :meth:`compile`).
     """
 
     opaque_to_tracing = True
@@ -54,7 +53,7 @@ class SubgraphRunner:
                  outer_dims: Optional[dict] = None, outer_dtypes: Optional[dict] = None,
                  outer_constants: Optional[dict] = None, validate: bool = False, plan_cache_size: int = 16,
                  optimize: bool = False, memory_limit: Optional[int] = None, fold: bool = True,
-                 eager: bool = False):
+                 eager_bodies: bool = False):
         self.graph = graph
         self.registry = registry
         self.outer = tuple(sorted(graph.outer_names()))
@@ -65,48 +64,48 @@ class SubgraphRunner:
         self.output_names = [v.name for v in graph.outputs]
         self._all_outputs = list(range(len(graph.outputs)))
         self._settings = (dict(opsets), allocator, outer_dims or {}, outer_dtypes or {}, validate, plan_cache_size,
-                          optimize, fold, memory_limit, eager)
+                          optimize, fold, memory_limit, eager_bodies)
         self._engine: Optional[Engine] = None
         self._prepared = self._rewrites = None     # (set with the engine by _compile)
         self._lock = threading.Lock()
         #: what the op running this body derived from it, by the op's key (a Scan's
         #: vectorized body and its runner): made once per body, whichever plan asks
         self.derived: dict = {}
-        if eager:
-            self._compile()
 
-    # a lazy runner's body is compiled when it first runs (an If's branch never taken, never) ----
+    # the body is compiled when the enclosing program asks or when it first runs ---------------
     @property
     def engine(self) -> Engine:
         engine = self._engine
-        return engine if engine is not None else self._compile()
+        return engine if engine is not None else self.compile()
 
     @property
     def prepared(self):
         """The body's prepared graph (after the rewrites)."""
         if self._engine is None:
-            self._compile()
+            self.compile()
         return self._prepared
 
     @property
     def rewrites(self) -> RewriteReport:
         if self._engine is None:
-            self._compile()
+            self.compile()
         return self._rewrites
 
     @gcpause.paused     # (the body's compile, as a session's: gcpause.py)
-    def _compile(self) -> Engine:
+    def compile(self) -> Engine:
+        """Compile the body (once; later calls return the same engine).
+
+        Raises:
+            DynashapeError: the body cannot be compiled (an op nobody registered, ...).
+        """
         with self._lock:
             if self._engine is None:
-                # (an eager body compiles inside its node's traced prepare: its own compile
-                # compares symbols as any compile does)
-                with strict_comparisons(False):
-                    self._engine = self._compile_engine()
+                self._engine = self._compile_engine()
             return self._engine
 
     def _compile_engine(self) -> Engine:
         (opsets, allocator, outer_dims, outer_dtypes, validate, plan_cache_size, optimize, fold, memory_limit,
-         eager) = self._settings
+         eager_bodies) = self._settings
         outer_types = {name: (outer_dims.get(name), outer_dtypes.get(name)) for name in self.outer_inputs}
         c = compile_graph(self.graph, self.registry, self.graph.inputs, opsets=opsets, outer=self.outer,
                           outer_constants=self._constants, outer_types=outer_types, fold=fold,
@@ -115,7 +114,7 @@ class SubgraphRunner:
         return Engine(c.graph, self.registry, c.dims, c.dtypes, self.input_names, allocator,
                       validate=validate, plan_cache_size=plan_cache_size,
                       name=f"body-{self.graph.name or 'subgraph'}", optimize=optimize, fold=fold,
-                      memory_limit=memory_limit, body_runner=SubgraphRunner, eager_bodies=eager)
+                      memory_limit=memory_limit, body_runner=SubgraphRunner, eager_bodies=eager_bodies)
 
     @property
     def program(self):

@@ -534,17 +534,15 @@ _strict = _Strict()
 
 
 @contextmanager
-def strict_comparisons(on: bool = True) -> Iterator[None]:
+def strict_comparisons() -> Iterator[None]:
     """Within the block, ``==``/``!=`` between an Expr and anything it is not structurally
     equal to raises :class:`UndecidedComparison` instead of answering False (thread-local).
 
     Used when kernel preparation is traced with symbolic shapes: code that decides
-    something from a dim's value must run again with concrete shapes. ``on=False`` answers
-    as usual within the block (a subgraph compiled while its node's preparation is traced:
-    its own graph, whose compile compares symbols as any compile does).
+    something from a dim's value must run again with concrete shapes.
     """
     previous = _strict.on
-    _strict.on = on
+    _strict.on = True
     try:
         yield
     finally:
