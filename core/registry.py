@@ -341,11 +341,12 @@ def _entry_points() -> list:
     """The entry points of the group ``dynashape``. Finding them reads the metadata of every
     installed distribution (~5-15 ms), so they are kept in the per-user cache
     (:mod:`dynashape.usercache`) with the ``sys.path`` entries they were read under, each
-    with its modification time and whether it held distribution metadata then. They are
-    read again when the entries differ, or when a directory that held metadata changed
-    (installing or removing a distribution changes its directory's time) or one that held
-    none now holds some. A directory without metadata that changed (the running script's
-    own, edited between runs) costs a listing of its names, not a new read."""
+    with its modification time and the names and times of the distribution metadata it
+    held (:func:`_metadata_signature`). They are read again when the entries differ, or
+    when a directory that changed holds other metadata than it did (a distribution
+    installed, removed or installed again). A directory that changed otherwise (the running
+    script's own, edited between runs; a site-packages that got a module's bytecode) costs a
+    listing of its names, not a new read."""
     entries = list(sys.path)
     root = cache_dir()
     path = None if root is None else root / f"entry-points-{sys.implementation.cache_tag}.json"
@@ -358,7 +359,7 @@ def _entry_points() -> list:
         return found
     from importlib import metadata
     found = list(metadata.entry_points(group=ENTRY_POINT_GROUP))
-    stamp = [[entry, _mtime(entry), _holds_metadata(entry)] for entry in entries]
+    stamp = [[entry, _mtime(entry), _metadata_signature(entry)] for entry in entries]
     write_json(path, {"sys_path": stamp, "entry_points": [[ep.name, ep.value] for ep in found]})
     return found
 
@@ -405,15 +406,18 @@ def _mtime(entry: str) -> Optional[int]:
         return None
 
 
-def _holds_metadata(entry: str) -> bool:
-    """Whether a sys.path entry holds distribution metadata (an entry that is no directory,
-    a zip, is taken to; an absent one holds none)."""
+def _metadata_signature(entry: str) -> Any:
+    """What a sys.path entry holds of distribution metadata: ``[[name, mtime_ns], ...]``,
+    sorted (empty: none; an absent entry holds none); True for an entry that is no
+    directory (a zip), taken to hold metadata that cannot be compared."""
+    directory = entry or "."
     try:
-        return any(name.endswith(_METADATA_SUFFIXES) for name in os.listdir(entry or "."))
+        names = os.listdir(directory)
     except FileNotFoundError:
-        return False
+        return []
     except OSError:
         return True
+    return sorted([name, _mtime(os.path.join(directory, name))] for name in names if name.endswith(_METADATA_SUFFIXES))
 
 
 def _still_valid(stamp: Any, entries: list) -> Optional[list]:
@@ -422,11 +426,11 @@ def _still_valid(stamp: Any, entries: list) -> Optional[list]:
         if [entry for entry, _, _ in stamp] != entries:
             return None
         now = []
-        for entry, mtime, holds in stamp:
+        for entry, mtime, signature in stamp:
             current = _mtime(entry)
-            if current != mtime and (holds or _holds_metadata(entry)):
+            if current != mtime and (signature is True or _metadata_signature(entry) != signature):
                 return None
-            now.append([entry, current, bool(holds)])
+            now.append([entry, current, signature])
         return now
     except (TypeError, ValueError):   # a stamp of another form (an earlier version's)
         return None

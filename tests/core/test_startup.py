@@ -83,7 +83,7 @@ def test_a_session_reads_checks_and_runs_a_model_without_importing_onnx(tmp_path
     results = []
     for _ in range(2):     # (the first process may fill the schema cache from onnx.defs)
         out = subprocess.run([sys.executable, "-c", _ONNX_FREE_RUN, str(path)], capture_output=True, text=True,
-                             check=True)
+                             check=True, cwd=tmp_path)   # (a directory no concurrent test writes in)
         results.append(json.loads(out.stdout.strip().splitlines()[-1]))
     assert results[0]["y"] == results[1]["y"] == [[12.5, 6.25, 16.125]]      # x * 2 + 10 + bias
     # (a dependency may import importlib.metadata itself: pluggy before 1.5 does, at its import)
@@ -394,9 +394,10 @@ def test_the_bytecode_cache_keeps_at_most_its_limit_of_files(tmp_path, monkeypat
 # the plugins' entry points from the disk cache ----------------------------------------
 
 def test_entry_points_are_read_from_the_cache_until_a_sys_path_directory_changes(tmp_path, monkeypatch):
-    """Read once, then from the cache: a changed directory that holds no distribution
-    metadata (a script's own, edited between runs) keeps the cache; one that now holds some,
-    or a changed one that held some, or another sys.path, reads the metadata again."""
+    """Read once, then from the cache: a changed directory whose distribution metadata is
+    the same (a script's own, edited between runs; a site-packages that got a module) keeps
+    the cache; one whose metadata changed (a distribution installed, installed again,
+    removed), or another sys.path, reads the metadata again."""
     import os
 
     from dynashape import registry
@@ -429,9 +430,16 @@ def test_entry_points_are_read_from_the_cache_until_a_sys_path_directory_changes
     os.utime(site, ns=(2, 2))
     assert read_again()
     assert not read_again()
-    (site / "other.py").write_text("")              # a directory holding metadata changes
+    (site / "other.py").write_text("")              # a directory holding metadata gets a module
     os.utime(site, ns=(3, 3))
+    assert not read_again()
+    os.utime(site / "new_dist-1.0.dist-info", ns=(5, 5))   # the distribution installed again
+    os.utime(site, ns=(6, 6))
     assert read_again()
+    (site / "new_dist-1.0.dist-info").rmdir()       # and removed
+    os.utime(site, ns=(7, 7))
+    assert read_again()
+    assert not read_again()
     (scripts / "pkg.egg-info").mkdir()              # metadata appears in the edited directory
     os.utime(scripts, ns=(4, 4))
     assert read_again()
