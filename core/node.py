@@ -53,7 +53,9 @@ class NodeServices:
 
     ``subgraph(graph)`` returns the compiled runner of a subgraph attribute of this model
     (an If branch, a Loop or Scan body): compiled once, with the session's registry, and
-    run with ``runner.run_list(formal_inputs, outer_values_by_name)``.
+    run with ``runner.run_list(formal_inputs, outer_values_by_name)``. A kernel asks
+    ``ctx.subgraph(attribute)`` instead (:class:`~dynashape.records.NodeSubgraph`: the
+    runner with the node's outer-scope values picked out of its inputs).
 
     ``neighbours(node)`` returns the op types of the nodes that produce its inputs and of
     those that read its outputs (empty outside a compiled program): a kernel's ``accepts``

@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable, NoReturn, Optional, Sequence, Union
 import numpy as np
 
 from .dtypes import ValueType
-from .errors import ShapeInferenceError
+from .errors import ExecutionError, ShapeInferenceError
 from .symbolic import Expr, is_nonneg_polynomial, sym
 
 __all__ = [
@@ -37,6 +37,7 @@ __all__ = [
     "OpDef",
     "KernelDef",
     "InferContext",
+    "NodeSubgraph",
     "OpLibrary",
     "LazyLibrary",
     "same_dtype",
@@ -268,6 +269,28 @@ class InferContext:
         of symbolic dims (partial data propagation)."""
         return self.input_values[i] if i < len(self.input_values) else None
 
+    # subgraphs -----------------------------------------------------------
+    def subgraph(self, attribute: str) -> "NodeSubgraph":
+        """The subgraph in attribute ``attribute`` (an If branch, a Loop or Scan body) as the
+        node's kernel runs it: its compiled runner, bound to where the engine puts the
+        outer-scope values among the kernel's inputs (:class:`NodeSubgraph`). For a
+        kernel's ``prepare``.
+
+        Raises:
+            ShapeInferenceError: the attribute holds no graph (kind ``MissingAttribute``), or
+                this context has no engine services to compile it (``MissingServices``).
+        """
+        graph = self.attr(attribute)
+        if not hasattr(graph, "outer_names"):
+            self.fail(f"attribute '{attribute}' must be a graph", kind="MissingAttribute")
+        if self.services is None:
+            self.fail("running a subgraph needs the engine's services", kind="MissingServices")
+        runner = self.services.subgraph(graph)
+        outer = set(runner.outer_inputs)
+        for other in _graphs_of(self.node):
+            outer.update(self.services.subgraph(other).outer_inputs)
+        return NodeSubgraph(runner, self.node, tuple(sorted(outer)))
+
     # errors, fresh symbols and assumptions -----------------------------------
     def fail(self, message: str, kind: str = "") -> NoReturn:
         """Raise :class:`ShapeInferenceError` naming this node, its op and input shapes (a
@@ -341,6 +364,57 @@ def dtype_from_attr(name: str = "to") -> InferDtypeFn:
     def infer(ctx: InferContext):
         return [np_dtype(ctx.attr(name))]
     return infer
+
+
+class NodeSubgraph:
+    """One subgraph of a node (an If branch, a Loop or Scan body) bound to the node's kernel.
+
+    The engine hands a kernel the outer-scope values its node's subgraphs read appended to
+    ``inputs``, after the node's own inputs, in the sorted order of their names (the
+    values that are constants of the enclosing graph are compiled into the runners and
+    not appended). :meth:`outer_values` picks them out by name, so no kernel decodes
+    input positions. Made by :meth:`InferContext.subgraph`.
+
+    Attributes:
+        runner: the compiled runner (:class:`dynashape.subgraph.SubgraphRunner`):
+            ``run_list(formal_inputs, outer_values)``, ``infer_outputs``, ``arena_bytes``,
+            ``derived`` (what an op builds from the body once).
+        names: the outer-scope names the node's subgraphs read, in the order appended.
+    """
+
+    __slots__ = ("runner", "names", "_node")
+    opaque_to_tracing = True        # (a runner and a node: no symbolic dim a program rebuilds)
+
+    def __init__(self, runner, node, names: tuple):
+        self.runner, self._node, self.names = runner, node, names
+
+    def outer_values(self, inputs: Sequence) -> dict:
+        """``{name: value}`` of the outer-scope values among the kernel's ``inputs``.
+
+        Raises:
+            ExecutionError: fewer values follow the node's own inputs than its subgraphs read.
+        """
+        start = len(self._node.inputs)
+        if len(inputs) - start < len(self.names):
+            raise ExecutionError(f"{self._node.op_type} node '{self._node.name}': {len(self.names)} outer-scope "
+                                 f"values expected after its inputs, got {max(0, len(inputs) - start)} values")
+        return dict(zip(self.names, inputs[start:start + len(self.names)]))
+
+    def run(self, formal_inputs: Sequence, inputs: Sequence) -> list:
+        """The subgraph's outputs for its formal inputs, its outer-scope values taken from the
+        kernel's ``inputs``."""
+        return self.runner.run_list(formal_inputs, self.outer_values(inputs))
+
+
+def _graphs_of(node) -> list:
+    """The subgraphs in a node's attributes (a graph, or a list of graphs), in attribute order."""
+    found = []
+    for value in node.attrs.values():
+        if hasattr(value, "outer_names"):
+            found.append(value)
+        elif isinstance(value, list):
+            found.extend(g for g in value if hasattr(g, "outer_names"))
+    return found
 
 
 # the decorator library ----------------------------------------------------------

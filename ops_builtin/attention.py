@@ -1106,26 +1106,19 @@ class _FlexPlan(NamedTuple):
     scale: float | None
     mod_dtype: np.dtype
     cdtype: np.dtype
-    score: object            # runner or None
+    score: object            # NodeSubgraph or None
     prob: object
-    outer: tuple             # names of the outer-scope values appended to the inputs
 
 
 def _flex_prepare(ctx: InferContext) -> _FlexPlan:
-    runners = []
-    for name in ("score_mod", "prob_mod"):
-        g = _mod_graph(ctx, name)
-        if g is not None and ctx.services is None:
-            ctx.fail("running a subgraph needs the engine's services", kind="MissingServices")
-        runners.append(None if g is None else ctx.services.subgraph(g))
-    outer = tuple(sorted(set().union(*(r.outer_inputs for r in runners if r is not None))))
+    score, prob = (None if _mod_graph(ctx, name) is None else ctx.subgraph(name) for name in ("score_mod", "prob_mod"))
     scale = ctx.attr("scale")
     mod, cd = _flex_dtypes(ctx)
-    return _FlexPlan(ctx.node, None if scale is None else float(scale), mod, cd, runners[0], runners[1], outer)
+    return _FlexPlan(ctx.node, None if scale is None else float(scale), mod, cd, score, prob)
 
 
-def _run_mod(p: _FlexPlan, runner, x: np.ndarray, outer: dict, what: str) -> np.ndarray:
-    res = runner.run_list([as_dtype(x, p.mod_dtype)], outer)[0]
+def _run_mod(p: _FlexPlan, mod, x: np.ndarray, outer: dict, what: str) -> np.ndarray:
+    res = mod.runner.run_list([as_dtype(x, p.mod_dtype)], outer)[0]
     if res.shape != x.shape:
         raise ExecutionError(f"FlexAttention node '{p.node.name}': {what} returned shape {list(res.shape)}, "
                              f"expected its input's shape {list(x.shape)}")
@@ -1136,8 +1129,8 @@ def _run_mod(p: _FlexPlan, runner, x: np.ndarray, outer: dict, what: str) -> np.
 def _flex(inputs, outputs, p: _FlexPlan):
     """Scores = Q K^T * scale -> score_mod -> softmax -> prob_mod -> @ V (GQA folded)."""
     q, k, v = inputs[0], inputs[1], inputs[2]
-    n_in = len(p.node.inputs)
-    outer = dict(zip(p.outer, inputs[n_in:]))
+    mods = p.score if p.score is not None else p.prob
+    outer = {} if mods is None else mods.outer_values(inputs)
     b, hq, lq, e = q.shape
     hkv, s = k.shape[1], k.shape[2]
     cd = p.cdtype

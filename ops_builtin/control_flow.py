@@ -1,11 +1,10 @@
 """Control flow: If, Loop and Scan (all ONNX versions).
 
 Each subgraph attribute (``then_branch``/``else_branch``/``body``) runs through the runner
-the engine compiled for it (``ctx.services.subgraph(graph)``: a program of its own, made
-once with the session's registry, plans cached per signature). The outer-scope values a
-node's subgraphs read arrive appended to the kernel's ``inputs``, in the order of the
-sorted union of the subgraphs' outer names (``PreparedNode.implicit``); the kernels hand
-them to the runners by name.
+the engine compiled for it (a program of its own, made once with the session's registry,
+plans cached per signature), reached as ``ctx.subgraph(attribute)``: the
+:class:`~dynashape.records.NodeSubgraph` that picks the outer-scope values out of the
+kernel's ``inputs`` and hands them to the runner by name.
 
 If and Loop are data-dependent (the branch taken and the trip count depend on input
 values), and so is Scan (its body may be): the core infers and runs them when they are
@@ -27,7 +26,6 @@ an If joins what its branches return.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
 
 import numpy as np
 from dynashape.dtypes import OptionalType, SequenceType, is_container, join_dims, join_sequences, known_dims, \
@@ -47,42 +45,13 @@ SCAN8_VERSIONS = (8,)
 SCAN_VERSIONS = (9, 11, 16, 19, 21, 23, 24, 25)
 
 
-# subgraph runners ------------------------------------------------------------------
-
-def _runner(ctx: InferContext, graph: Graph):
-    """The compiled runner of one of the node's subgraphs."""
-    if ctx.services is None:
-        ctx.fail("running a subgraph needs the engine's services", kind="MissingServices")
-    return ctx.services.subgraph(graph)
-
+# subgraphs ---------------------------------------------------------------------------
 
 def _graph_attr(ctx: InferContext, name: str) -> Graph:
     g = ctx.attr(name)
     if not isinstance(g, Graph):
         ctx.fail(f"attribute '{name}' must be a graph", kind="MissingAttribute")
     return g
-
-
-class _Outer(NamedTuple):
-    """Where a node's outer-scope values are among its kernel's inputs: after its own
-    ``start`` inputs, the values its runners read, in sorted-name order (outer constants
-    are compiled into the runners)."""
-
-    start: int
-    names: tuple
-
-
-def _outer_plan(node, runners) -> _Outer:
-    return _Outer(len(node.inputs), tuple(sorted(set().union(*(r.outer_inputs for r in runners)))))
-
-
-def _outer_values(plan: _Outer, node, inputs: Sequence) -> dict:
-    """The outer-scope values the node's runners read, by name."""
-    extra = inputs[plan.start:]
-    if len(extra) < len(plan.names):
-        raise ExecutionError(f"{node.op_type} node '{node.name}': {len(plan.names)} outer-scope values "
-                             f"expected after its inputs, got {len(extra)} values")
-    return dict(zip(plan.names, extra))
 
 
 def _owned(a):
@@ -243,9 +212,8 @@ lib.op("If", IF_VERSIONS, infer_dtype=_if_dtype, data_dependent=True)(_if_shape)
 
 
 def _if_prepare(ctx: InferContext):
-    then_g, else_g = _if_branches(ctx)
-    then_r, else_r = _runner(ctx, then_g), _runner(ctx, else_g)
-    return ctx.node, then_r, else_r, _outer_plan(ctx.node, (then_r, else_r))
+    _if_branches(ctx)
+    return ctx.subgraph("then_branch"), ctx.subgraph("else_branch")
 
 
 @lib.kernel("If", prepare=_if_prepare)
@@ -254,10 +222,8 @@ def _if(inputs, outputs, prepared):
 
     Outputs: the branch's outputs (any shapes/dtypes it makes). Source: ONNX operator spec, If-21.
     """
-    node, then_r, else_r, outer_plan = prepared
-    outer = _outer_values(outer_plan, node, inputs)
-    runner = then_r if bool(_first(inputs[0])) else else_r
-    return runner.run_list([], outer)
+    then_branch, else_branch = prepared
+    return (then_branch if bool(_first(inputs[0])) else else_branch).run([], inputs)
 
 
 # Loop --------------------------------------------------------------------------------
@@ -388,9 +354,8 @@ lib.op("Loop", LOOP_VERSIONS, infer_dtype=_loop_dtype, data_dependent=True)(_loo
 
 def _loop_prepare(ctx: InferContext):
     body, n_carried, n_scan = _loop_body(ctx)
-    runner = _runner(ctx, body)
     ranks = [vi.rank or 0 for vi in body.inputs[:2]]
-    return ctx.node, runner, n_carried, n_scan, ranks[0], ranks[1], _outer_plan(ctx.node, (runner,))
+    return ctx.node, ctx.subgraph("body"), n_carried, n_scan, ranks[0], ranks[1]
 
 
 @lib.kernel("Loop", prepare=_loop_prepare)
@@ -400,8 +365,8 @@ def _loop(inputs, outputs, prepared):
     Outputs: the last loop-carried values, then each scan output stacked on a new axis 0
     (shape (0, ...) when the body never runs). Source: ONNX operator spec, Loop-21.
     """
-    node, runner, n_carried, n_scan, iter_rank, cond_rank, outer_plan = prepared
-    outer = _outer_values(outer_plan, node, inputs)
+    node, body, n_carried, n_scan, iter_rank, cond_rank = prepared
+    runner, outer = body.runner, body.outer_values(inputs)
     trip = None if inputs[0] is None else int(_first(inputs[0]))
     use_cond = inputs[1] is not None
     keep = bool(_first(inputs[1])) if use_cond else True
@@ -556,9 +521,9 @@ lib.op("Scan", SCAN8_VERSIONS + SCAN_VERSIONS, infer_dtype=_scan_dtype, data_dep
 
 def _scan_prepare(ctx: InferContext):
     lay = _scan_layout(ctx)
-    lay["runner"] = _runner(ctx, lay["body"])
+    lay["subgraph"] = ctx.subgraph("body")
+    lay["runner"] = lay["subgraph"].runner
     lay["node"] = ctx.node
-    lay["outer"] = _outer_plan(ctx.node, (lay["runner"],))
     lay["vector"] = None if lay["v8"] else _vector_body(ctx, lay)
     return lay
 
@@ -581,7 +546,7 @@ def _vector_body(ctx: InferContext, lay: dict):
     key = ("vectorized", tuple(ranks), opset)
     if key not in derived:
         vb = vectorize_body(lay["body"], n, ranks, opset)
-        derived[key] = None if vb is None else (vb, _runner(ctx, vb.graph))
+        derived[key] = None if vb is None else (vb, ctx.services.subgraph(vb.graph))
     return derived[key]
 
 
@@ -660,7 +625,7 @@ def _scan(inputs, outputs, lay):
     Source: ONNX operator spec, Scan-8 and Scan-21.
     """
     first, n, m = lay["first"], lay["n"], lay["m"]
-    outer = _outer_values(lay["outer"], lay["node"], inputs)
+    outer = lay["subgraph"].outer_values(inputs)
     states = list(inputs[first:first + n])
     scans = list(inputs[first + n:first + n + m])
     if not lay["v8"]:

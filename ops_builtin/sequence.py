@@ -29,7 +29,7 @@ import numpy as np
 from dynashape.dtypes import OptionalType, SequenceType, is_container, join_dims, known_dims, np_dtype, \
     value_type_string, with_element
 from dynashape.model import Graph
-from dynashape.ops_builtin.control_flow import _graph_attr, _outer_plan, _outer_values, _runner
+from dynashape.ops_builtin.control_flow import _graph_attr
 from dynashape.records import InferContext, OpLibrary, fixed_dtype
 from dynashape.shapes import normalize_axis, require, value_list
 from dynashape.symbolic import Expr
@@ -568,15 +568,15 @@ def _sequence_map_shape(ctx: InferContext):
 
 
 def _map_prepare(ctx: InferContext):
-    body = _map_body(ctx)
-    runner = _runner(ctx, body)
-    return ctx.node, runner, len(ctx.node.inputs), _outer_plan(ctx.node, (runner,))
+    _map_body(ctx)
+    return ctx.node, ctx.subgraph("body")
 
 
 @lib.kernel("SequenceMap", prepare=_map_prepare)
 def _sequence_map(inputs, outputs, prepared):
-    node, runner, n_in, outer_plan = prepared
-    outer = _outer_values(outer_plan, node, inputs)
+    node, body = prepared
+    n_in = len(node.inputs)
+    runner, outer = body.runner, body.outer_values(inputs)
     args = list(inputs[:n_in])
     seqs = [j for j, a in enumerate(args) if type(a) is list]
     n = len(args[0])

@@ -16,7 +16,7 @@ from onnx import TensorProto, helper
 
 import dynashape
 from dynashape import hookimpl
-from dynashape.records import OpLibrary, same_dtype
+from dynashape.records import NodeSubgraph, OpLibrary, same_dtype
 from dynashape.registry import get_registry
 
 
@@ -620,3 +620,47 @@ def test_registering_the_same_plugin_twice_is_quiet_and_a_taken_name_is_one_shor
         assert "namespace(" not in text and "<function" not in text
     finally:
         dynashape.unregister_plugin("twice-plugin")
+
+
+def test_a_plugin_op_runs_its_subgraphs_with_their_outer_scope_values_by_name(registered):
+    """ctx.subgraph(attribute) binds a body to the node's kernel inputs: the outer-scope values
+    both bodies read come appended after the node's own inputs, sorted by name, and
+    ``run``/``outer_values`` take them by name; an outer value that is an initializer is
+    compiled into the body and not appended."""
+    lib = OpLibrary()
+
+    @lib.op("TwoBodies", since_version=1, domain="com.example", infer_dtype=same_dtype(0))
+    def _shape(ctx):
+        return [ctx.shape(0)]
+
+    def _prepare(ctx):
+        return ctx.subgraph("first"), ctx.subgraph("second")
+
+    @lib.kernel("TwoBodies", domain="com.example", prepare=_prepare)
+    def _two_bodies(inputs, outputs, prepared):
+        first, second = prepared
+        assert first.names == second.names == ("s", "t")
+        assert sorted(first.outer_values(inputs)) == ["s", "t"]
+        np.add(first.run([inputs[0]], inputs)[0], second.run([inputs[0]], inputs)[0], out=outputs[0])
+
+    f = TensorProto.FLOAT
+    first = helper.make_graph([helper.make_node("Mul", ["a", "s"], ["as"]), helper.make_node("Add", ["as", "w"], ["r"])],
+                              "first", [helper.make_tensor_value_info("a", f, ["n"])],
+                              [helper.make_tensor_value_info("r", f, ["n"])])
+    second = helper.make_graph([helper.make_node("Sub", ["b", "t"], ["q"])], "second",
+                               [helper.make_tensor_value_info("b", f, ["n"])], [helper.make_tensor_value_info("q", f, ["n"])])
+    node = helper.make_node("TwoBodies", ["x"], ["y"], domain="com.example", first=first, second=second)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, f, shape) for n, shape in
+                                        [("x", ["n"]), ("s", [1]), ("t", [1])]],
+                          [helper.make_tensor_value_info("y", f, ["n"])],
+                          [helper.make_tensor("w", f, [1], [0.5])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
+    registered(lib, "two-bodies-plugin")
+    sess = dynashape.InferenceSession(model.SerializeToString())
+    x = np.array([1.0, 2.0, -3.0], np.float32)
+    (y,) = sess.run(None, {"x": x, "s": np.array([2.0], np.float32), "t": np.array([10.0], np.float32)})
+    np.testing.assert_array_equal(y, (x * 2 + 0.5) + (x - 10))        # [-6.5, -3.5, -18.5]
+    bound = NodeSubgraph(None, types.SimpleNamespace(op_type="TwoBodies", name="tb", inputs=("x",)), ("s", "t"))
+    with pytest.raises(dynashape.errors.ExecutionError, match="TwoBodies node 'tb': 2 outer-scope values expected "
+                                                              "after its inputs, got 1 values"):
+        bound.outer_values([x, x])
