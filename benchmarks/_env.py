@@ -9,7 +9,7 @@ imports numpy; ``_common`` imports it too). It
     BLAS, like ONNX Runtime with one intra-op thread); ``--threads 0`` removes them instead:
     the engines' default thread counts (BLAS one thread per core, onnxruntime's default pool).
   * sets DYNASHAPE_COMPILED_WAIT=1 (unless the environment sets it): sessions wait for the
-    compiled kernels while numba starts (``dynashape.ops_fast.tiering``), so a benchmark of
+    compiled kernels while numba starts (``dynashape.ops_builtin.fast.tiering``), so a benchmark of
     the steady state times them and not their numpy path; ``coldstart.py`` and the cold pass
     of ``decode.py``, which measure what a default session meets, take it out again
     (``COLD_START``).

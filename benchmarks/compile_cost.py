@@ -1,4 +1,4 @@
-"""What the compiled kernels (dynashape.ops_fast, numba) cost to compile, and what the
+"""What the compiled kernels (dynashape.ops_builtin.fast, numba) cost to compile, and what the
 on-disk cache saves.
 
 For each model, three fresh processes (so nothing is compiled in memory yet) time
@@ -64,13 +64,13 @@ def main(argv=None) -> int:
                     help="intra-op threads of the sessions (OMP_NUM_THREADS, read by _env; default 1)")
     args = ap.parse_args(argv)
     C.require_zoo()
-    C.header("compile cost of the compiled kernels (dynashape.ops_fast): fresh processes, empty vs warm cache")
+    C.header("compile cost of the compiled kernels (dynashape.ops_builtin.fast): fresh processes, empty vs warm cache")
     try:
-        from dynashape import ops_fast
+        from dynashape.ops_builtin import fast as ops_fast
     except ImportError:
         ops_fast = None
     if ops_fast is None or not ops_fast.enabled():
-        print(f"compiled kernels not available: {getattr(ops_fast, 'REASON', 'dynashape.ops_fast missing')}")
+        print(f"compiled kernels not available: {getattr(ops_fast, 'REASON', 'dynashape.ops_builtin.fast missing')}")
         return 0
     catalog = C.zoo_catalog()
     rows = []

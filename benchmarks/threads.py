@@ -1,4 +1,4 @@
-"""The threaded numba loops (``dynashape.ops_fast.loops.threaded``) at one and at N intra-op
+"""The threaded numba loops (``dynashape.ops_builtin.fast.loops.threaded``) at one and at N intra-op
 threads, dynashape against ONNX Runtime at the same thread count.
 
 One node per model (built with onnx.helper, random data, seed 0): ConvTranspose (the direct

@@ -45,8 +45,8 @@ from .threads import BlasThreads, waiting_for_compiled_kernels
 __all__ = ["InferenceSession", "NodeArg", "SessionStats"]
 
 ALLOCATORS = ("pool", "naive")
-#: the entry-point names of the accelerated-kernel plugins: dynashape.ops_fast (numba loops) and
-#: dynashape.ops_fast.onednn (oneDNN)
+#: the entry-point names of the accelerated-kernel plugins: dynashape.ops_builtin.fast (numba loops) and
+#: dynashape.ops_builtin.fast.onednn (oneDNN)
 COMPILED_KERNELS_PLUGINS = frozenset({"fast", "onednn"})
 
 #: Counters of a session (summed over its execution contexts).
@@ -316,7 +316,7 @@ class InferenceSession:
             over it raises ``ResourceLimitError`` before allocating (:mod:`dynashape.limits`).
         wait_for_compiled_kernels: runs wait for the compiled kernels while numba starts (the
             first run that needs one, ~1 s per process) instead of taking the kernels' numpy
-            path meanwhile (:mod:`dynashape.ops_fast.tiering`): every run then computes with
+            path meanwhile (:mod:`dynashape.ops_builtin.fast.tiering`): every run then computes with
             the same kernels, bit for bit. Default False (also ``DYNASHAPE_COMPILED_WAIT=1``).
         lazy_subgraphs: compile each If/Loop/Scan body when it first runs, so that a branch
             that is never taken costs nothing. Default False: every body is compiled with the

@@ -47,7 +47,7 @@ _DEFAULT = [0]   # default_threads(), once known (intra_op_threads runs in every
 def compiled_kernels_wait() -> bool:
     """Whether the run in progress on this thread waits for compiled kernels that are not
     ready yet instead of taking their numpy path meanwhile (a session created with
-    ``wait_for_compiled_kernels=True``; ``dynashape.ops_fast.tiering``)."""
+    ``wait_for_compiled_kernels=True``; ``dynashape.ops_builtin.fast.tiering``)."""
     return _run.__dict__.get("wait", False)
 
 

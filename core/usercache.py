@@ -2,7 +2,7 @@
 (onnx's operator schemas, the plugins' entry points as JSON; the bytecode of the programs'
 generated Python, :mod:`dynashape.codegen`, as Python keeps a module's in ``__pycache__``; the
 compiled kernels' machine code in ``native/``, written and checked by
-``dynashape.ops_fast.native.machine_code``). Written atomically (a reader sees the old file or
+``dynashape.ops_builtin.fast.native.machine_code``). Written atomically (a reader sees the old file or
 the new one); a file that cannot be read or written is ignored, and the work is done again.
 
 Directory: ``DYNASHAPE_CACHE_DIR``, else ``$XDG_CACHE_HOME/dynashape``, else

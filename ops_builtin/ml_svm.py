@@ -319,7 +319,7 @@ def classify(inputs, outputs, m: _Classifier, couple=_couple, decide=decisions, 
     """The SVMClassifier kernel: in libsvm mode the decision values from ``decide(m, x)``, the
     winners from ``vote(m, d)``, the class probabilities from ``couple(d, m)`` (the contracts
     of :func:`decisions`, :func:`elect` and :func:`_couple`: the compiled kernel,
-    ``ops_fast.svm``, passes its loops)."""
+    ``fast.svm``, passes its loops)."""
     x = _rows(inputs[0], m.features)
     z = outputs[1] if len(outputs) > 1 else None
     k = m.labels.size

@@ -458,7 +458,7 @@ def _many_targets(ens: Ensemble, leaves: np.ndarray):
 def accumulate(ens: Ensemble, x: np.ndarray) -> tuple:
     """The trees' leaves combined per sample, before base values and post transforms: one
     target, ([N] scores, None); several, ([N, E] scores, [N, E] whether a leaf reached each
-    target). ``x``: X as fed ([N, F] or [F]). The compiled kernel (``ops_fast.trees``) computes
+    target). ``x``: X as fed ([N, F] or [F]). The compiled kernel (``fast.trees``) computes
     the same in one pass."""
     leaves = _leaves(ens, x)
     if ens.n_out == 1:

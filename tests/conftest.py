@@ -395,7 +395,7 @@ _cap_default_ir_version()
 
 
 def numba_session(*args, **kwargs):
-    """An InferenceSession with the numba kernels (``dynashape.ops_fast``) and not the oneDNN
+    """An InferenceSession with the numba kernels (``dynashape.ops_builtin.fast``) and not the oneDNN
     ones, which take GEMM and convolutions first where they are installed: what the tests of
     the numba loops run (``compiled_kernels=False`` given stays the numpy kernels alone)."""
     import dynashape
@@ -408,9 +408,9 @@ def numba_session(*args, **kwargs):
 def onednn_blocks_weights(k: int = 768, n: int = 2304) -> bool:
     """Whether oneDNN packs a (k, n) float32 MatMul weight into blocks on this CPU (AVX-512
     CPUs: 16-row x 64-column blocks, which one row streams through the numba loop,
-    ``ops_fast/onednn/gemm.py``); on AVX2-only CPUs it keeps the plain row-major layout and
+    ``ops_builtin/fast/onednn/gemm.py``); on AVX2-only CPUs it keeps the plain row-major layout and
     the GEMMs run the native column-panel loop (or, where it cannot run, the primitive and BLAS)."""
-    from dynashape.ops_fast.onednn import gemm
+    from dynashape.ops_builtin.fast.onednn import gemm
 
     packed = gemm.PackedGemm(np.zeros((k, n), np.float32), None, ())
     if packed.weights is None:      # (column panels for the native loop: a row-major choice)

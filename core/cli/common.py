@@ -270,7 +270,7 @@ def feed_options(command):
 def settled(i: int, warmup: int):
     """The context of run ``i`` of a command that warms up: the first run is what a default
     session meets (compiled kernels still starting take their numpy path); the runs after it
-    wait for the compiled kernels (``dynashape.ops_fast.tiering``), so the warm-up brings
+    wait for the compiled kernels (``dynashape.ops_builtin.fast.tiering``), so the warm-up brings
     them up and the timed runs time them: the second run loads the compiled code (numba's
     cached loops: up to ~1 s), so a warm-up of two runs or more keeps that out of the timed
     runs (``run``, ``bench`` and ``profile`` default to 2, 3 and 2). Nothing waits with

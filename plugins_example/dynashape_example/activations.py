@@ -367,7 +367,7 @@ def _sparse_to_dense_matmul(inputs, outputs, prepared):
 
 # Softmax (ai.onnx) at priority 5: an example of kernel priority ---------------------------
 
-#: between dynashape's compiled kernels (ops_fast, 10) and its builtin numpy kernels (0)
+#: between dynashape's compiled kernels (ops_builtin.fast, 10) and its builtin numpy kernels (0)
 SOFTMAX_PRIORITY = 5
 #: rows from which the builtin kernel sums the last axis with BLAS (``ops_builtin.reduction``);
 #: an override that gives the builtin's bits must switch where it does

@@ -32,8 +32,8 @@ def _onednn_runs_the_convs() -> bool:
     if os.environ.get("DYNASHAPE_OPTIMIZE") in ("0", "false", "off"):
         return False
     try:
-        from dynashape.ops_fast import onednn
-        from dynashape.ops_fast.onednn import api
+        from dynashape.ops_builtin.fast import onednn
+        from dynashape.ops_builtin.fast.onednn import api
     except ImportError:
         return False
     return onednn.enabled() and api.library() is not None

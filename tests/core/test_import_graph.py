@@ -24,7 +24,7 @@ def _imported(module: str, path: Path, modules: dict) -> set:
     """The core modules ``module`` imports (``from . import x``, ``from .x import y``,
     ``from dynashape.x import y``, ``import dynashape.x``), wherever the statement is.
     ``from . import name`` of a name that is no core module is the package's attribute,
-    unless the name is a package of its own folder (``ops_builtin``, ``ops_fast``)."""
+    unless the name is a package of its own folder (``ops_builtin``)."""
     package = module.split(".") if module else []
     if path.name != "__init__.py":
         package = package[:-1]
@@ -37,13 +37,13 @@ def _imported(module: str, path: Path, modules: dict) -> set:
                 base = node.module.split(".")[1:]
             else:
                 continue
-            if base and base[0] in ("ops_builtin", "ops_fast"):
+            if base and base[0] == "ops_builtin":
                 continue
             for alias in node.names:
                 sub = ".".join(base + [alias.name])
                 if sub in modules:
                     found.add(sub)
-                elif alias.name not in ("ops_builtin", "ops_fast"):
+                elif alias.name != "ops_builtin":
                     found.add(".".join(base))
         elif isinstance(node, ast.Import):
             for alias in node.names:
@@ -136,16 +136,16 @@ def test_no_module_of_core_imports_a_higher_layer():
     assert up == [], "imports up the layers of docs/ARCHITECTURE.md:\n" + "\n".join(up)
 
 
-#: what the plugins (ops_builtin, ops_fast, plugins_example; their tests aside) may import of
+#: what the plugins (ops_builtin with its compiled kernels, plugins_example; their tests aside) may import of
 #: core/: the plugin API (layers 0-2), and by name the few lower-level pieces ops reach for
 #: (graph-building ops read model's Graph, If/Loop/Scan copy values as the program does, the
 #: oneDNN kernels pack weights into weight_arena's memory)
-PLUGIN_API = {m for m in _LAYER_OF if _LAYER_OF[m] <= 2} | {"ops_builtin", "ops_fast", "program"}
+PLUGIN_API = {m for m in _LAYER_OF if _LAYER_OF[m] <= 2} | {"ops_builtin", "program"}
 
 
 def test_the_plugins_import_only_the_plugin_api_of_core():
     root = CORE.parent
-    sources = [p for folder in ("ops_builtin", "ops_fast", "plugins_example") for p in (root / folder).rglob("*.py")
+    sources = [p for folder in ("ops_builtin", "plugins_example") for p in (root / folder).rglob("*.py")
                if "tests" not in p.relative_to(root).parts and "__pycache__" not in p.parts]
     assert sources
     beyond = []
@@ -157,3 +157,38 @@ def test_the_plugins_import_only_the_plugin_api_of_core():
                 if name.startswith("dynashape.") and name.split(".")[1] not in PLUGIN_API:
                     beyond.append(f"{path.relative_to(root)}: {name}")
     assert beyond == [], "plugins importing core beyond the plugin API:\n" + "\n".join(sorted(set(beyond)))
+
+
+def _private_uses_of_ops_builtin(path: Path) -> list:
+    """``from dynashape.ops_builtin[.x] import _name`` and ``module._name`` of a module so
+    imported, in one source file."""
+    tree = ast.parse(path.read_text())
+    modules, found = set(), []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module and \
+                (node.module == "dynashape.ops_builtin" or node.module.startswith("dynashape.ops_builtin.")):
+            for alias in node.names:
+                if alias.name.startswith("_"):
+                    found.append(f"{node.module}.{alias.name}")
+                modules.add(alias.asname or alias.name)
+        elif isinstance(node, ast.Import):
+            modules.update(a.asname for a in node.names if a.asname and a.name.startswith("dynashape.ops_builtin"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules \
+                and node.attr.startswith("_") and not node.attr.startswith("__"):
+            found.append(f"{node.value.id}.{node.attr}")
+    return found
+
+
+def test_only_ops_builtin_and_its_compiled_kernels_use_its_private_names():
+    """The compiled kernels (ops_builtin/fast) build on the numpy kernels' preparation and
+    scratch, inside the package that owns both; a third-party plugin (plugins_example) or
+    core/ uses ops_builtin only through its registered ops."""
+    root = CORE.parent
+    sources = [p for folder in ("core", "plugins_example") for p in (root / folder).rglob("*.py")
+               if "__pycache__" not in p.parts]
+    found = [f"{p.relative_to(root)}: {use}" for p in sources for use in _private_uses_of_ops_builtin(p)]
+    assert found == [], "private names of ops_builtin used outside it:\n" + "\n".join(found)
+    probe = root / "ops_builtin" / "fast" / "pool.py"
+    assert _private_uses_of_ops_builtin(probe), "the reader finds the compiled kernels' own uses"
+

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-LIBRARIES = ["ops_builtin", "ops_fast", "plugins_example/dynashape_example"]
+LIBRARIES = ["ops_builtin", "plugins_example/dynashape_example"]
 
 #: audited: the int-only branch is sound (why)
 SOUND: dict[str, str] = {

@@ -1,11 +1,11 @@
-"""What the compiled kernels share (``dynashape.ops_fast.common``): the address a kernel hands
+"""What the compiled kernels share (``dynashape.ops_builtin.fast.common``): the address a kernel hands
 to native code is the array's first element, whatever the array."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from dynashape.ops_fast.common import address
+from dynashape.ops_builtin.fast.common import address
 
 
 def _read_only(a: np.ndarray) -> np.ndarray:
@@ -33,7 +33,7 @@ def test_address_is_the_first_elements_whatever_the_array(make):
 def test_a_refused_arrays_address_is_remembered_while_it_lives_and_forgotten_after():
     """A read-only weight is looked up once (the buffer protocol refuses it on every call);
     once it dies, an array that gets its id has its own address, not the dead one's."""
-    from dynashape.ops_fast import common
+    from dynashape.ops_builtin.fast import common
 
     weight = _read_only(np.arange(64, dtype=np.float32))
     assert address(weight) == address(weight) == weight.ctypes.data

@@ -1,4 +1,4 @@
-"""The compiled ConvTranspose of the accelerated-kernel plugin (``dynashape.ops_fast.conv_transpose``):
+"""The compiled ConvTranspose of the accelerated-kernel plugin (``dynashape.ops_builtin.fast.conv_transpose``):
 both of its loops (the direct one and BLAS + col2im), forced in turn, against the numpy
 kernel (a ``compiled_kernels=False`` session), against ONNX Runtime (float32; it has no
 float64 ConvTranspose) and against a float64 reference written from the spec, through many
@@ -18,11 +18,11 @@ from tests.conftest import numba_session
 
 pytest.importorskip("numba")
 ort = pytest.importorskip("onnxruntime")
-if not __import__("dynashape.ops_fast", fromlist=["enabled"]).enabled():
+if not __import__("dynashape.ops_builtin.fast", fromlist=["enabled"]).enabled():
     pytest.skip("the compiled kernels are switched off (DYNASHAPE_FAST=0)", allow_module_level=True)
 
 from dynashape.ops_builtin import nn  # noqa: E402
-from dynashape.ops_fast import conv_transpose as ct  # noqa: E402
+from dynashape.ops_builtin.fast import conv_transpose as ct  # noqa: E402
 
 RNG = np.random.default_rng(23)
 ELEM = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE, np.float16: TensorProto.FLOAT16}

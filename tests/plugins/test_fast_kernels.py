@@ -1,4 +1,4 @@
-"""The accelerated-kernel plugin (``dynashape.ops_fast``, entry point ``fast``): every
+"""The accelerated-kernel plugin (``dynashape.ops_builtin.fast``, entry point ``fast``): every
 compiled kernel against the numpy kernel on the same inputs (one session with compiled
 kernels, one with ``compiled_kernels=False``) and against ONNX Runtime, through changing
 shapes, including the cases where a compiled kernel hands over to the numpy one
@@ -19,7 +19,7 @@ from dynashape import registry as registry_module
 
 pytest.importorskip("numba")
 ort = pytest.importorskip("onnxruntime")
-if not __import__("dynashape.ops_fast", fromlist=["enabled"]).enabled():
+if not __import__("dynashape.ops_builtin.fast", fromlist=["enabled"]).enabled():
     pytest.skip("the compiled kernels are switched off (DYNASHAPE_FAST=0)", allow_module_level=True)
 
 RNG = np.random.default_rng(11)
@@ -217,7 +217,7 @@ def test_direct_and_per_image_conv(channels, w_shape, attrs, runs, path, activat
     without graph optimizations (its MLAS im2col + SGEMM) where the CPU has FMA. (The
     per-image path is as exact as its BLAS: OpenBLAS's SkylakeX kernels sum like MLAS in
     most shapes, not all: (2, 4, 23, 17) differs in 60 of 4692 last bits.)"""
-    from dynashape.ops_fast import conv
+    from dynashape.ops_builtin.fast import conv
     calls = _spy(monkeypatch, conv.loops, path)
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c" if activation else "y"], **attrs)]
     if activation:
@@ -320,7 +320,7 @@ def test_the_plugin_says_why_it_is_off_without_numba(monkeypatch):
     import importlib
     import sys
 
-    from dynashape import ops_fast
+    from dynashape.ops_builtin import fast as ops_fast
     assert ops_fast.AVAILABLE and ops_fast.REASON == "" and ops_fast.enabled()
     monkeypatch.setitem(sys.modules, "numba", None)   # as if the [fast] extra were not installed
     try:

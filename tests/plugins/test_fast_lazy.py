@@ -3,7 +3,7 @@ building the registry, ``dynashape plugins`` / ``ops``, choosing kernels and pre
 import none of it (fresh processes, since numba stays imported once loaded); the first run
 of a node with a compiled kernel imports it and matches onnxruntime; loops first called from
 several threads at once import once; the plugin registers the same kernels as before the
-loops became lazy. And :func:`dynashape.ops_fast.common.lazy_import` itself, and how the
+loops became lazy. And :func:`dynashape.ops_builtin.fast.common.lazy_import` itself, and how the
 plugin finds numba without importing it.
 """
 from __future__ import annotations
@@ -22,8 +22,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import dynashape
-from dynashape import ops_fast
-from dynashape.ops_fast.common import lazy_import
+from dynashape.ops_builtin import fast as ops_fast
+from dynashape.ops_builtin.fast.common import lazy_import
 
 needs_fast = pytest.mark.skipif(not ops_fast.enabled(), reason="the compiled kernels are off or numba is missing")
 RNG = np.random.default_rng(3)
@@ -105,7 +105,7 @@ g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
 sess = dynashape.InferenceSession(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
 x = np.ones((1, k), np.float32)
 (y,) = sess.run(None, {"x": x})
-from dynashape.ops_fast.native import gemv
+from dynashape.ops_builtin.fast.native import gemv
 assert gemv.wait_until_ready(300), gemv._LOADING.failed    # (the first run loads it in the background)
 (y,) = sess.run(None, {"x": x})
 print(json.dumps({"numba": "numba" in sys.modules, "llvmlite": "llvmlite" in sys.modules,
@@ -121,8 +121,8 @@ def test_a_one_row_product_never_loads_numba():
     BERT-large's 1024 x 1024) and a decoder's 768 x 2304 projection load neither numba nor
     llvmlite. (Where oneDNN has no blocked layout, on AVX2-only CPUs, every product runs the
     native column-panel loop: no numba either.)"""
-    from dynashape.ops_fast import onednn
-    from dynashape.ops_fast.onednn import api
+    from dynashape.ops_builtin.fast import onednn
+    from dynashape.ops_builtin.fast.onednn import api
     if not onednn.enabled():
         pytest.skip("the oneDNN kernels are off (DYNASHAPE_ONEDNN=0)")
     if api.library() is None:
@@ -171,7 +171,7 @@ _THREADS_AT_ONCE = """
 import json, sys, threading, types
 import numpy as np
 import dynashape
-from dynashape.ops_fast import normalization, softmax
+from dynashape.ops_builtin.fast import normalization, softmax
 sessions = [dynashape.InferenceSession(open(p, "rb").read(), compiled_kernels={"fast"}) for p in sys.argv[1:3]]
 assert "numba" not in sys.modules
 rng = np.random.default_rng(0)

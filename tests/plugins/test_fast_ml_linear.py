@@ -1,4 +1,4 @@
-"""The compiled LinearClassifier and Normalizer (``dynashape.ops_fast.ml_linear``): labels equal
+"""The compiled LinearClassifier and Normalizer (``dynashape.ops_builtin.fast.ml_linear``): labels equal
 the numpy kernel's and onnxruntime's exactly, the scores within float32 rounding (the compiled
 dot products sum in the features' order, numpy's BLAS in its own), for every post_transform
 the loop computes, binary and multiclass, NaN rows, batch 1, 7 and 0 on one session; string
@@ -15,7 +15,7 @@ from onnx import TensorProto, helper
 from tests.conftest import numba_session, ort_predates, ort_run
 
 pytest.importorskip("numba")
-if not __import__("dynashape.ops_fast", fromlist=["enabled"]).enabled():
+if not __import__("dynashape.ops_builtin.fast", fromlist=["enabled"]).enabled():
     pytest.skip("the compiled kernels are switched off (DYNASHAPE_FAST=0)", allow_module_level=True)
 
 ML = helper.make_operatorsetid("ai.onnx.ml", 1)
@@ -59,7 +59,7 @@ def _feeds(features: int, rng):
 @pytest.mark.parametrize("classes", [2, 3, 6])
 @pytest.mark.parametrize("post", ["NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO"])
 def test_linear_classifier_loop_equals_numpy_and_onnxruntime(classes, post, monkeypatch):
-    from dynashape.ops_fast import ml_linear as fast
+    from dynashape.ops_builtin.fast import ml_linear as fast
     served = classes == 2 or post != "SOFTMAX_ZERO"
     calls = _spy(monkeypatch, fast, "classify_binary" if classes == 2 else "classify")
     rng = np.random.default_rng(classes)
@@ -91,7 +91,7 @@ def test_linear_classifier_hand_computed_binary_logistic():
 
 
 def test_string_labels_and_probit_run_the_numpy_kernel(monkeypatch):
-    from dynashape.ops_fast import ml_linear as fast
+    from dynashape.ops_builtin.fast import ml_linear as fast
     calls = _spy(monkeypatch, fast, "classify")
     rng = np.random.default_rng(1)
     strings = _classifier(3, 4, "SOFTMAX", ["a", "bb", "c"], rng)
@@ -109,7 +109,7 @@ def test_string_labels_and_probit_run_the_numpy_kernel(monkeypatch):
 
 @pytest.mark.parametrize("norm", ["MAX", "L1", "L2"])
 def test_normalizer_loop_is_bit_identical_to_numpy_and_equals_onnxruntime(norm, monkeypatch):
-    from dynashape.ops_fast import ml_linear as fast
+    from dynashape.ops_builtin.fast import ml_linear as fast
     calls = _spy(monkeypatch, fast, "normalize")
     node = helper.make_node("Normalizer", ["X"], ["Y"], domain="ai.onnx.ml", norm=norm)
     data = _model(node, 6, [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 6])])
@@ -135,7 +135,7 @@ def test_scikit_learn_linear_models_use_the_loop(monkeypatch):
     linear_model = pytest.importorskip("sklearn.linear_model")
     svm = pytest.importorskip("sklearn.svm")
     skl2onnx = pytest.importorskip("skl2onnx")
-    from dynashape.ops_fast import ml_linear as fast
+    from dynashape.ops_builtin.fast import ml_linear as fast
     calls = _spy(monkeypatch, fast, "classify")
     rng = np.random.default_rng(0)
     x = rng.normal(size=(80, 4)).astype(np.float32)

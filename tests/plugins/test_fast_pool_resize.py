@@ -1,4 +1,4 @@
-"""The compiled pools and Resize (``dynashape.ops_fast.pool`` / ``.resize``): every kernel
+"""The compiled pools and Resize (``dynashape.ops_builtin.fast.pool`` / ``.resize``): every kernel
 against the numpy kernel (a ``compiled_kernels=False`` session) and against ONNX Runtime on
 the same feeds, several shapes through one session (symbolic dims), float32 and float64,
 NaN / inf, the cases where the compiled kernel hands over to the numpy one (counted: a
@@ -18,12 +18,12 @@ from tests.conftest import numba_session
 
 pytest.importorskip("numba")
 ort = pytest.importorskip("onnxruntime")
-if not __import__("dynashape.ops_fast", fromlist=["enabled"]).enabled():
+if not __import__("dynashape.ops_builtin.fast", fromlist=["enabled"]).enabled():
     pytest.skip("the compiled kernels are switched off (DYNASHAPE_FAST=0)", allow_module_level=True)
 
 from dynashape.ops_builtin import nn, resize  # noqa: E402  (after the skips: needs numba)
-from dynashape.ops_fast import pool as fast_pool  # noqa: E402
-from dynashape.ops_fast import resize as fast_resize  # noqa: E402
+from dynashape.ops_builtin.fast import pool as fast_pool  # noqa: E402
+from dynashape.ops_builtin.fast import resize as fast_resize  # noqa: E402
 
 RNG = np.random.default_rng(5)
 ELEM = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE, np.float16: TensorProto.FLOAT16}

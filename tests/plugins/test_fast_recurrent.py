@@ -1,4 +1,4 @@
-"""The compiled recurrent time loops (``dynashape.ops_fast.recurrent``): LSTM, GRU and RNN
+"""The compiled recurrent time loops (``dynashape.ops_builtin.fast.recurrent``): LSTM, GRU and RNN
 against the numpy kernel (a ``compiled_kernels=False`` session) and ONNX Runtime on the
 same feeds, several shapes through one session (dynamic batch and sequence), forward /
 reverse / bidirectional, with and without initial states and sequence_lens, float32 and
@@ -18,10 +18,10 @@ from tests.conftest import numba_session
 
 pytest.importorskip("numba")
 ort = pytest.importorskip("onnxruntime")
-if not __import__("dynashape.ops_fast", fromlist=["enabled"]).enabled():
+if not __import__("dynashape.ops_builtin.fast", fromlist=["enabled"]).enabled():
     pytest.skip("the compiled kernels are switched off (DYNASHAPE_FAST=0)", allow_module_level=True)
 
-from dynashape.ops_fast import recurrent  # noqa: E402
+from dynashape.ops_builtin.fast import recurrent  # noqa: E402
 
 if not recurrent.blas_available():
     pytest.skip(f"the loops need a cblas ?gemm: {recurrent.blas_source()}", allow_module_level=True)
@@ -338,7 +338,7 @@ def test_two_threads(op, direction, loops):
 
 _RUN_ONE = """
 import os, sys, numpy as np, dynashape
-from dynashape.ops_fast import recurrent
+from dynashape.ops_builtin.fast import recurrent
 so = dynashape.SessionOptions()
 so.intra_op_num_threads = int(sys.argv[1])
 data = open(sys.argv[2], "rb").read()

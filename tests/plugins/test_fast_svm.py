@@ -1,4 +1,4 @@
-"""The compiled SVMClassifier (``dynashape.ops_fast.svm``): the class probabilities of libsvm's
+"""The compiled SVMClassifier (``dynashape.ops_builtin.fast.svm``): the class probabilities of libsvm's
 coupling, one sample at a time in a compiled loop, equal the numpy kernel's (which couples all
 the samples at once) and onnxruntime's on scikit-learn's SVC(probability=True) exports of 2, 3
 and 5 classes, at batch 1, 9 and 0 on one session. Skipped where numba, scikit-learn or
@@ -14,14 +14,14 @@ from tests.conftest import numba_session, ort_run
 pytest.importorskip("numba")
 svm = pytest.importorskip("sklearn.svm")
 skl2onnx = pytest.importorskip("skl2onnx")
-if not __import__("dynashape.ops_fast", fromlist=["enabled"]).enabled():
+if not __import__("dynashape.ops_builtin.fast", fromlist=["enabled"]).enabled():
     pytest.skip("the compiled kernels are switched off (DYNASHAPE_FAST=0)", allow_module_level=True)
 
 
 @pytest.mark.parametrize("classes", [2, 3, 5])
 @pytest.mark.parametrize("kernel", ["rbf", "poly"])
 def test_the_compiled_coupling_equals_numpy_and_onnxruntime(classes, kernel, monkeypatch):
-    from dynashape.ops_fast import svm as fast_svm
+    from dynashape.ops_builtin.fast import svm as fast_svm
     coupled = []
     loop = fast_svm.loops.couple
     monkeypatch.setattr(fast_svm.loops, "couple", lambda d, *args: (coupled.append(d.shape[0]), loop(d, *args)))
@@ -47,7 +47,7 @@ def test_the_compiled_coupling_equals_numpy_and_onnxruntime(classes, kernel, mon
 
 
 def _spy(monkeypatch, name: str) -> list:
-    from dynashape.ops_fast import svm as fast_svm
+    from dynashape.ops_builtin.fast import svm as fast_svm
     calls, loop = [], getattr(fast_svm.loops, name)
     monkeypatch.setattr(fast_svm.loops, name, lambda x, *args: (calls.append(x.shape[0]), loop(x, *args))[1])
     return calls
@@ -58,7 +58,7 @@ def _spy(monkeypatch, name: str) -> list:
 def test_the_compiled_decisions_and_votes_equal_numpy_and_onnxruntime(kernel, probability, monkeypatch):
     """A small batch's decision values (kernel row and dual coefficients in one compiled pass)
     and every batch's votes; a batch over SMALL_BATCH takes numpy's BLAS decisions."""
-    from dynashape.ops_fast import svm as fast_svm
+    from dynashape.ops_builtin.fast import svm as fast_svm
     decided, voted = _spy(monkeypatch, "decisions"), _spy(monkeypatch, "vote")
     rng = np.random.default_rng(4)
     x = rng.normal(size=(90, 5)).astype(np.float32)
@@ -80,7 +80,7 @@ def test_the_compiled_decisions_and_votes_equal_numpy_and_onnxruntime(kernel, pr
 
 @pytest.mark.parametrize("kernel", ["rbf", "poly", "linear"])
 def test_the_compiled_regressor_scores_equal_numpy_and_onnxruntime(kernel, monkeypatch):
-    from dynashape.ops_fast import svm as fast_svm
+    from dynashape.ops_builtin.fast import svm as fast_svm
     decided = _spy(monkeypatch, "decisions")
     rng = np.random.default_rng(5)
     x = rng.normal(size=(80, 4)).astype(np.float32)

@@ -1,4 +1,4 @@
-"""Loops split over threads (``dynashape.ops_fast.loops.threaded``): one compiled function cut
+"""Loops split over threads (``dynashape.ops_builtin.fast.loops.threaded``): one compiled function cut
 into parts at its ``prange``, the same results for every thread count, the parts on worker
 threads only where the run allows more than one, and a fresh pool in a forked child."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ pytest.importorskip("numba")
 from numba import prange  # noqa: E402
 
 from dynashape import threads  # noqa: E402
-from dynashape.ops_fast.loops.threaded import ThreadedLoop, threaded  # noqa: E402
+from dynashape.ops_builtin.fast.loops.threaded import ThreadedLoop, threaded  # noqa: E402
 
 FLAGS = {"error_model": "numpy"}   # (no on-disk cache for a test module's loops)
 
@@ -97,7 +97,7 @@ def test_a_loop_without_exactly_one_prange_is_refused_at_decoration(fn, found):
 def test_a_one_thread_run_or_one_task_hands_nothing_to_the_worker_threads(run_threads, monkeypatch):
     """One intra-op thread, or one task, runs on the caller: the pool is never asked for
     (so a process that runs serially never starts a worker thread)."""
-    from dynashape.ops_fast.loops import threaded as threaded_module
+    from dynashape.ops_builtin.fast.loops import threaded as threaded_module
 
     class NoWorkers:
         def get(self, size):

@@ -13,7 +13,7 @@ import textwrap
 import pytest
 
 pytest.importorskip("numba")
-if not __import__("dynashape.ops_fast", fromlist=["enabled"]).enabled():
+if not __import__("dynashape.ops_builtin.fast", fromlist=["enabled"]).enabled():
     pytest.skip("the compiled kernels are switched off (DYNASHAPE_FAST=0)", allow_module_level=True)
 
 _SCRIPT = textwrap.dedent("""
@@ -21,8 +21,8 @@ _SCRIPT = textwrap.dedent("""
     import numpy as np
     from onnx import TensorProto, helper
     import dynashape
-    from dynashape.ops_fast import tiering
-    from dynashape.ops_fast import softmax as fast_softmax
+    from dynashape.ops_builtin.fast import tiering
+    from dynashape.ops_builtin.fast import softmax as fast_softmax
 
     x = helper.make_tensor_value_info("x", TensorProto.DOUBLE, ["n", 64])
     y = helper.make_tensor_value_info("y", TensorProto.DOUBLE, ["n", 64])

@@ -1,4 +1,4 @@
-"""The compiled tree ensembles (``dynashape.ops_fast.trees``): TreeEnsembleClassifier and
+"""The compiled tree ensembles (``dynashape.ops_builtin.fast.trees``): TreeEnsembleClassifier and
 TreeEnsembleRegressor with the walk and the weights in one compiled pass equal the numpy
 kernel (labels exactly; scores within float32 rounding, rtol 1e-6 and atol 2e-7: the same
 sums in the same order, the post transforms' exp / log LLVM's instead of numpy's, an ulp apart,
@@ -17,10 +17,10 @@ import dynashape
 from tests.conftest import numba_session, ort_predates, ort_run
 
 pytest.importorskip("numba")
-if not __import__("dynashape.ops_fast", fromlist=["enabled"]).enabled():
+if not __import__("dynashape.ops_builtin.fast", fromlist=["enabled"]).enabled():
     pytest.skip("the compiled kernels are switched off (DYNASHAPE_FAST=0)", allow_module_level=True)
 
-from dynashape.ops_fast import trees as fast_trees  # noqa: E402  (after the skips: needs numba)
+from dynashape.ops_builtin.fast import trees as fast_trees  # noqa: E402  (after the skips: needs numba)
 
 ML = "ai.onnx.ml"
 MODES = ["BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT", "BRANCH_EQ", "BRANCH_NEQ"]

@@ -1,4 +1,4 @@
-"""Machine code built once and run without LLVM in the process (``dynashape.ops_fast.native``):
+"""Machine code built once and run without LLVM in the process (``dynashape.ops_builtin.fast.native``):
 the object's ``.text`` is taken only when it is self-contained (no relocations), a cache entry
 that is damaged or absent is built again by a child process, the cache off still works, and
 a session whose GEMMs run the native panel loop never imports numba or llvmlite and matches
@@ -15,7 +15,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from dynashape.ops_fast.native import machine_code, panels
+from dynashape.ops_builtin.fast.native import machine_code, panels
 
 if not machine_code.supported():
     pytest.skip("native code needs x86-64 Linux with AVX2 and FMA, and llvmlite", allow_module_level=True)
@@ -86,7 +86,7 @@ _SESSION = textwrap.dedent("""
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
     import dynashape
-    from dynashape.ops_fast.onednn import gemm
+    from dynashape.ops_builtin.fast.onednn import gemm
     gemm._row_major_layout = lambda md: True          # (column panels on every CPU)
     rng = np.random.default_rng(0)
     w = rng.standard_normal((96, 70)).astype(np.float32)
@@ -107,8 +107,8 @@ _SESSION = textwrap.dedent("""
 
 
 def test_a_session_on_the_native_loop_loads_neither_numba_nor_llvmlite(tmp_path):
-    from dynashape.ops_fast import onednn
-    from dynashape.ops_fast.onednn import api
+    from dynashape.ops_builtin.fast import onednn
+    from dynashape.ops_builtin.fast.onednn import api
     if not onednn.enabled() or api.library() is None:
         pytest.skip("the oneDNN kernels (whose GEMM runs the panel loop) are off or missing")
     env = dict(os.environ, DYNASHAPE_CACHE_DIR=str(tmp_path))      # (an empty cache: the child builds it)

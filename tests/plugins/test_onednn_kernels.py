@@ -1,4 +1,4 @@
-"""The oneDNN plugin (``dynashape.ops_fast.onednn``, entry point ``onednn``): every kernel
+"""The oneDNN plugin (``dynashape.ops_builtin.fast.onednn``, entry point ``onednn``): every kernel
 against the numpy kernels (a session with ``compiled_kernels=False``) and ONNX Runtime on
 the same feeds, through changing shapes on one session, with one and two intra-op threads:
 GEMM against a constant weight (MatMul, Gemm, FusedMatMul with its post-ops), the
@@ -17,8 +17,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import dynashape
 from dynashape import compiled
-from dynashape.ops_fast import onednn
-from dynashape.ops_fast.onednn import api
+from dynashape.ops_builtin.fast import onednn
+from dynashape.ops_builtin.fast.onednn import api
 from tests.conftest import onednn_blocks_weights
 
 ort = pytest.importorskip("onnxruntime")
@@ -94,7 +94,7 @@ def test_a_row_major_weight_with_rows_2_kib_apart_is_padded(n, monkeypatch):
     apart (512 floats) get 16 floats of padding each (gemm.PLAIN_ROW_PAD: they would share
     cache sets); 520-float rows stay as they are; the products are the same at every row count.
     (The layout of the primitive: where the native loop runs, an AVX2 CPU packs column panels instead.)"""
-    from dynashape.ops_fast.onednn import gemm
+    from dynashape.ops_builtin.fast.onednn import gemm
     monkeypatch.setattr(gemm, "panels_supported", lambda: False)
     w = _rand(96, n)
     m = _model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", ["a", 96])], [("w", w)])
@@ -108,7 +108,7 @@ def test_a_row_major_weight_with_rows_2_kib_apart_is_padded(n, monkeypatch):
 def _force_panels(monkeypatch):
     """Column panels for every weight (as an AVX2-only CPU chooses), so every CPU that can
     run the native loop runs them; the loop loaded (not numpy's stand-in)."""
-    from dynashape.ops_fast.onednn import gemm
+    from dynashape.ops_builtin.fast.onednn import gemm
     if not gemm.panels_supported():
         pytest.skip("the native panel loop needs x86-64 Linux with AVX2 and FMA, and llvmlite")
     assert gemm.native_panels.wait_until_ready(300), gemm.native_panels._LOADING.failed
@@ -215,7 +215,7 @@ def test_few_rows_against_a_row_major_packed_weight_run_blas_on_its_memory(activ
     activation; more rows, or more threads (OpenBLAS's would wait on oneDNN's spinning OpenMP
     workers), take oneDNN's primitive. Every row count agrees with ONNX Runtime and the numpy
     kernels."""
-    from dynashape.ops_fast.onednn import gemm
+    from dynashape.ops_builtin.fast.onednn import gemm
     monkeypatch.setattr(gemm, "_padded", lambda md: api.MemoryDesc(md.dims, strides=(md.dims[1] + 16, 1)))
     monkeypatch.setattr(gemm, "panels_supported", lambda: False)     # (else column panels)
     k, n = 512, 520                   # 1.06 MB: at least BLAS_MIN_BYTES
@@ -286,7 +286,7 @@ def test_one_row_streams_the_packed_weight_through_the_native_slab_loop(k, n, ac
     threads) with the bias in the same pass, then the activation (oneDNN's eltwise primitive
     of the post-op, its alpha and beta too); before the loop is loaded, oneDNN's primitive.
     More rows take the primitive."""
-    from dynashape.ops_fast.onednn import gemm
+    from dynashape.ops_builtin.fast.onednn import gemm
     if not gemm.gemv_supported():
         pytest.skip("the native one-row loop needs x86-64 Linux with AVX2 and FMA, and llvmlite")
     if native:
@@ -332,7 +332,7 @@ def test_the_native_slab_loop_sums_each_column_as_one_chain(k, n, threads, monke
     bias and without, a partial last slab, over 1 and 2 threads: small integers give the exact
     sums; random values give, bit for bit, each column's fused multiply-add chain over k in
     order, then the bias; K = 0 gives the bias alone."""
-    from dynashape.ops_fast.native import gemv
+    from dynashape.ops_builtin.fast.native import gemv
     from dynashape import threads as dyn_threads
     if not gemv.supported():
         pytest.skip("the native one-row loop needs x86-64 Linux with AVX2 and FMA, and llvmlite")
@@ -372,7 +372,7 @@ def test_nodes_of_equal_shapes_share_their_primitives_and_keep_their_own_values(
     share one primitive per shape in the process (api.shared), a second session's too, and each
     node still multiplies by its own weight, at every row count, in any order. (The GEMMs'
     primitives: an AVX2 CPU packs column panels for the native loop instead.)"""
-    from dynashape.ops_fast.onednn import gemm
+    from dynashape.ops_builtin.fast.onednn import gemm
     monkeypatch.setattr(gemm, "panels_supported", lambda: False)
     k = n = 256    # 40 rows: enough work for oneDNN's primitive (gemm.MIN_WORK)
     nodes, weights, inits, x = [], [], [], "x"
@@ -403,7 +403,7 @@ def test_nodes_of_equal_shapes_share_their_primitives_and_keep_their_own_values(
 
 @pytest.mark.parametrize("rows", [3, 64])   # the kept plain copy (little work) and oneDNN's primitive
 def test_matmul_rows_into_a_strided_output_go_through_a_contiguous_buffer(rows):
-    from dynashape.ops_fast.onednn import gemm
+    from dynashape.ops_builtin.fast.onednn import gemm
     w, a = _rand(96, 80), _rand(2, rows, 96)
     out = np.full((2, rows, 160), np.nan, np.float32)
     gemm._run_rows(a, out[..., ::2], gemm.PackedGemm(w, None, ()))
@@ -774,7 +774,7 @@ def test_rms_normalization_is_layer_normalization_with_global_statistics(axis, s
     scale only, against the numpy kernel and onnxruntime through changing shapes (one row, no
     rows); a scale with more dims than the normalized axes goes to the numpy kernel, and so
     does an input of fewer than RMS_MIN_ELEMENTS (all of these, at its default)."""
-    from dynashape.ops_fast.onednn import rowwise
+    from dynashape.ops_builtin.fast.onednn import rowwise
     if min_elements is not None:
         monkeypatch.setattr(rowwise, "RMS_MIN_ELEMENTS", min_elements)
     node = helper.make_node("RMSNormalization", ["x", "scale"], ["y"], axis=axis, epsilon=1e-4)
@@ -787,7 +787,7 @@ def test_rms_normalization_is_layer_normalization_with_global_statistics(axis, s
 @pytest.mark.parametrize("min_elements", [0, None], ids=["primitive", "small-to-numpy"])
 def test_rms_normalization_by_hand(min_elements, monkeypatch):
     """A row worked by hand: the mean of the squares of 3 and 4 is 12.5."""
-    from dynashape.ops_fast.onednn import rowwise
+    from dynashape.ops_builtin.fast.onednn import rowwise
     if min_elements is not None:
         monkeypatch.setattr(rowwise, "RMS_MIN_ELEMENTS", min_elements)
     node = helper.make_node("RMSNormalization", ["x", "scale"], ["y"], epsilon=0.0)
@@ -808,7 +808,7 @@ def test_softmax(opset, axis):
 def test_a_softmax_row_with_a_nan_or_inf_is_nan_as_in_onnxruntime(monkeypatch):
     """oneDNN's primitive gives [0, nan, 0] for a row holding a NaN or +inf; the kernel makes
     the whole row NaN (onnxruntime, the spec's formula); a row of -inf is NaN in all three."""
-    from dynashape.ops_fast.onednn import rowwise
+    from dynashape.ops_builtin.fast.onednn import rowwise
     spread = []
     fix = rowwise._spread_nan_rows
     monkeypatch.setattr(rowwise, "_spread_nan_rows", lambda rows: (spread.append(rows.shape), fix(rows))[1])
@@ -828,8 +828,8 @@ def test_a_small_softmax_takes_numbas_loops_only_where_numba_is_up(numba_up, mon
     """Below MIN_ELEMENTS, or rows shorter than SOFTMAX_MIN_ROW (8), no primitive: numba's loop
     (one call for rows this short) where numba is already up in the process (it is not started
     for them), else the numpy body; both equal onnxruntime."""
-    from dynashape.ops_fast import softmax as fast_softmax
-    from dynashape.ops_fast.onednn import rowwise
+    from dynashape.ops_builtin.fast import softmax as fast_softmax
+    from dynashape.ops_builtin.fast.onednn import rowwise
     pytest.importorskip("numba")
     rows = []
     loop = fast_softmax.loops.softmax_short_rows
@@ -871,7 +871,7 @@ def test_a_single_query_attention_over_a_cache_runs_numpy_and_makes_no_primitive
     """A decode step (one query row, a new past length every step) keeps the numpy kernel:
     as fast there, and no three primitives per past length; a query of several rows and a
     single query over many keys still run oneDNN."""
-    from dynashape.ops_fast.onednn import rowwise
+    from dynashape.ops_builtin.fast.onednn import rowwise
     made = []
 
     def asked(q_shape, *args):   # records what oneDNN was asked for; its refusal sends the node to numpy
@@ -927,7 +927,7 @@ def test_a_transformer_block_runs_without_loading_numba(tmp_path):
     """The GEMMs, LayerNormalization and the attention core take oneDNN kernels: numba (and
     llvmlite's ~100 MB) is never loaded: where oneDNN packs the weights into blocks (AVX-512),
     and on an AVX2-only CPU too, whose GEMMs run the native column-panel loop (machine code
-    mapped without LLVM: ops_fast/native)."""
+    mapped without LLVM: ops_builtin/fast/native)."""
     import json
     import subprocess
     import sys

@@ -1,4 +1,4 @@
-"""oneDNN primitives made off the run path (``dynashape.ops_fast.onednn.tiered``): a new
+"""oneDNN primitives made off the run path (``dynashape.ops_builtin.fast.onednn.tiered``): a new
 shape's LayerNormalization, Softmax, attention core, Gelu, pool or Transpose runs its numpy
 path while a background thread makes (and first executes) the primitive; the runs after take
 the primitive, within the tolerance the oneDNN kernels are tested to; a run that waits for
@@ -14,8 +14,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import dynashape
-from dynashape.ops_fast import onednn, tiering
-from dynashape.ops_fast.onednn import api, tiered
+from dynashape.ops_builtin.fast import onednn, tiering
+from dynashape.ops_builtin.fast.onednn import api, tiered
 
 ort = pytest.importorskip("onnxruntime")
 if not onednn.enabled() or api.library() is None:
@@ -116,7 +116,7 @@ def test_a_run_that_waits_for_compiled_kernels_makes_the_primitives_first(tiers,
 
 
 def test_a_shape_onednn_cannot_make_keeps_the_numpy_path(tiers, monkeypatch):
-    from dynashape.ops_fast.onednn import rowwise
+    from dynashape.ops_builtin.fast.onednn import rowwise
     asked = []
 
     def refuse(*args):
@@ -170,7 +170,7 @@ def test_a_small_convolution_runs_numpy_on_the_unpacked_weights_until_its_primit
     activation as the fused node has them) on the weights as the model gave them before the
     first primitive run, on the weights copied out of oneDNN's packed layout after it; then the
     primitive; values as onnxruntime's every time, through three sizes."""
-    from dynashape.ops_fast.onednn import conv
+    from dynashape.ops_builtin.fast.onednn import conv
     c, m = 8, 16
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["cv"], pads=[1, 1, 1, 1], group=group)]
     last = "cv"
@@ -235,7 +235,7 @@ def test_a_relayout_through_the_plain_layout_copies_what_a_direct_reorder_copies
     """Two blocked layouts oneDNN chose for one 3 x 3 convolution weight (a 16 x 16 image's
     and a 1 x 1 image's): relayout gives the bytes the direct reorder gives, whichever
     route it takes."""
-    from dynashape.ops_fast.onednn import conv
+    from dynashape.ops_builtin.fast.onednn import conv
     w = RNG.standard_normal((64, 32, 3, 3)).astype(np.float32)
     plain = api.MemoryDesc(w.shape, strides=(288, 9, 3, 1))
     layouts = []
@@ -292,7 +292,7 @@ _FORKED = """
 import os, sys
 import numpy as np
 import dynashape
-from dynashape.ops_fast.onednn import api, tiered
+from dynashape.ops_builtin.fast.onednn import api, tiered
 data = open(sys.argv[1], "rb").read()
 sess = dynashape.InferenceSession(data, optimize=True)
 sess.run(None, {"x": np.ones((1, 8, 64), np.float32)})      # the parent's thread starts

@@ -4,9 +4,9 @@ every step of every direction (:func:`lstm_loop`, :func:`gru_loop`, :func:`rnn_l
 product per step through cblas (:func:`_gemm`), the gates in one vectorised pass with
 MLAS's float32 sigmoid / tanh (:func:`logistic`, :func:`tanh`, :func:`gru_reset_sigmoid`,
 :func:`gru_tanh`). The kernels, and what they hand over to the numpy one, are
-:mod:`dynashape.ops_fast.recurrent`.
+:mod:`dynashape.ops_builtin.fast.recurrent`.
 
-The cblas routines (:mod:`dynashape.ops_fast.blas`) are bound to the symbols the loops call
+The cblas routines (:mod:`dynashape.ops_builtin.fast.blas`) are bound to the symbols the loops call
 at this module's import, before any loop is compiled or loaded from numba's cache. Where no
 BLAS has them, nothing is bound and the loops must not be called (the kernels check
 ``recurrent.blas_available()``).
@@ -173,7 +173,7 @@ def apply_activation(x, out, which):
 # ----------------------------------------------------------------------------------------
 # BLAS from compiled code
 # ----------------------------------------------------------------------------------------
-# cblas ?gemm / ?gemv of the BLAS numpy loaded (dynashape.ops_fast.blas finds and checks
+# cblas ?gemm / ?gemv of the BLAS numpy loaded (dynashape.ops_builtin.fast.blas finds and checks
 # them), declared as external symbols that LLVM resolves by name, so the loops stay
 # in numba's on-disk cache; the integer arguments 64-bit (see there).
 

@@ -1,6 +1,6 @@
 """The Resize loops over the last two axes of a 4-D (N, C, H, W) input (float32 / float64),
 one (n, c) plane at a time, ``prange`` over the planes (:class:`.threaded.ThreadedLoop`), from
-the per-axis index / weight tables :mod:`dynashape.ops_fast.resize` makes of the numpy
+the per-axis index / weight tables :mod:`dynashape.ops_builtin.fast.resize` makes of the numpy
 kernel's plan.
 
 Source: ONNX operator spec (Operators.md), Resize-10/11/13/18/19 and Upsample-7/9.

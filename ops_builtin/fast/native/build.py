@@ -1,5 +1,5 @@
-"""``python -m dynashape.ops_fast.native.build NAME PATH``: compile the IR that
-``module()`` of ``dynashape.ops_fast.native.NAME`` builds (e.g. ``panels_ir``; only modules
+"""``python -m dynashape.ops_builtin.fast.native.build NAME PATH``: compile the IR that
+``module()`` of ``dynashape.ops_builtin.fast.native.NAME`` builds (e.g. ``panels_ir``; only modules
 of this package, never one a caller names elsewhere) for :data:`.machine_code.TARGET` and
 write its machine code as a cache entry at PATH.
 
@@ -18,12 +18,12 @@ from .machine_code import compile_object, text_and_symbols, write_entry
 
 def main(argv: list) -> int:
     if len(argv) != 2:
-        print("usage: python -m dynashape.ops_fast.native.build NAME PATH", file=sys.stderr)
+        print("usage: python -m dynashape.ops_builtin.fast.native.build NAME PATH", file=sys.stderr)
         return 2
     if not argv[0].isidentifier():
-        print(f"not a module of dynashape.ops_fast.native: {argv[0]!r}", file=sys.stderr)
+        print(f"not a module of dynashape.ops_builtin.fast.native: {argv[0]!r}", file=sys.stderr)
         return 2
-    source = importlib.import_module("dynashape.ops_fast.native." + argv[0])
+    source = importlib.import_module("dynashape.ops_builtin.fast.native." + argv[0])
     try:
         code, offsets = text_and_symbols(compile_object(str(source.module())), list(source.FUNCTIONS))
         write_entry(Path(argv[1]), code, offsets)

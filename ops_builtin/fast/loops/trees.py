@@ -1,7 +1,7 @@
 """The loop of the ai.onnx.ml tree ensembles (TreeEnsembleClassifier / TreeEnsembleRegressor):
 every (sample, tree) pair walked to its leaf and the leaf's weights added to the sample's
 scores in the same pass, blocks of samples through one tree after the other, ``prange`` over
-the blocks (:class:`.threaded.ThreadedLoop`); the kernels are :mod:`dynashape.ops_fast.trees`.
+the blocks (:class:`.threaded.ThreadedLoop`); the kernels are :mod:`dynashape.ops_builtin.fast.trees`.
 
 Each sample's scores take the trees in order and a leaf's weights in order, in the
 thresholds' type, as onnxruntime's loop and the numpy kernel (``ops_builtin.ml_tree``) add

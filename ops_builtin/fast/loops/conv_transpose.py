@@ -1,5 +1,5 @@
 """The ConvTranspose loops (2-D, float32 / float64, C-contiguous); which one runs, and why,
-is :mod:`dynashape.ops_fast.conv_transpose`.
+is :mod:`dynashape.ops_builtin.fast.conv_transpose`.
 
 Each loop gathers, one output row at a time: row ``oh`` takes the kernel rows ``kh`` with
 ``(oh + ph - kh*dh) % sh == 0`` (:func:`_row_taps`), and along the row each kernel column

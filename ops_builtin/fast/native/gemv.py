@@ -1,6 +1,6 @@
 """The one-row product of a decode step as native code: ``y (N,) = x (K,) @ W (+ bias)`` for
 a weight oneDNN packed in a blocked layout, read as ``slabs (NB, Kp, 64)``
-(:class:`dynashape.ops_fast.onednn.gemm.PackedGemm`'s single row).
+(:class:`dynashape.ops_builtin.fast.onednn.gemm.PackedGemm`'s single row).
 
 A one-row product reads the whole weight once and does one multiply-add per element it
 reads: it runs as fast as the weight streams in. The loop (:mod:`.gemv_ir`: eight register

@@ -1,5 +1,5 @@
 """The Conv loops (2-D, float32 / float64, C-contiguous); the kernels that pick them are
-:mod:`dynashape.ops_fast.conv`.
+:mod:`dynashape.ops_builtin.fast.conv`.
 
 * :func:`depthwise_direct`: one filter per channel; each plane padded and split into its
   column phases in a buffer of its own (:func:`_pad_plane`), three taps per pass along each

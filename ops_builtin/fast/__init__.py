@@ -1,6 +1,9 @@
 """dynashape's accelerated-kernel plugin: compiled (numba) kernels of priority 10 over the
 builtin numpy ones, registered through the public hooks exactly like a third-party plugin
-(entry point ``fast`` of the group ``dynashape``).
+(entry point ``fast`` of the group ``dynashape``). It lives inside ``ops_builtin`` because
+its kernels build on the numpy kernels' preparation and scratch (their private helpers,
+``nn._conv_setup``, ``resize._plan``, ...): one package owns both; a third-party plugin
+reaches only the public records and hooks.
 
 * Needs numba: ``pip install "dynashape[fast]"``. Without it the plugin registers nothing
   and the numpy kernels run (``AVAILABLE`` / ``REASON`` say why).

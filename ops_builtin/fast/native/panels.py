@@ -1,5 +1,5 @@
 """The column-panel GEMM as native code: ``c (M, N) = a (M, K) @ W`` for W packed as
-``panels (NP, K, 16)`` (:func:`dynashape.ops_fast.onednn.gemm.PackedGemm` packs it where
+``panels (NP, K, 16)`` (:func:`dynashape.ops_builtin.fast.onednn.gemm.PackedGemm` packs it where
 oneDNN keeps a weight row-major: AVX2-only CPUs, whose float32 matmul in oneDNN is a jit
 SGEMM that packs B again on every call, as a plain BLAS does).
 

@@ -29,8 +29,8 @@ from __future__ import annotations
 FAMILIES = ("activations", "normalization", "softmax", "conv", "conv_transpose", "pool", "resize", "recurrent",
             "trees", "svm", "ml_linear")
 #: the command that regenerates :mod:`.index` (both plugins' indexes)
-INDEX_COMMAND = "python -m dynashape.ops_fast"
+INDEX_COMMAND = "python -m dynashape.ops_builtin.fast"
 
 
 def family_modules() -> list[str]:
-    return [f"dynashape.ops_fast.{name}" for name in FAMILIES]
+    return [f"dynashape.ops_builtin.fast.{name}" for name in FAMILIES]

@@ -1,5 +1,5 @@
 """The LayerNormalization and RMSNormalization loops (rows of the trailing axes,
-onnxruntime's formulations); the kernels are :mod:`dynashape.ops_fast.normalization`."""
+onnxruntime's formulations); the kernels are :mod:`dynashape.ops_builtin.fast.normalization`."""
 from __future__ import annotations
 
 import numpy as np

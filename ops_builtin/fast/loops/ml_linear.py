@@ -1,7 +1,7 @@
 """The loops of LinearClassifier and Normalizer (ai.onnx.ml). LinearClassifier: per sample the
 scores ``x @ W + b``, the label of the first largest score (or of the score's sign, binary), and
 the scores after the post transform, in one pass in float32; Normalizer: per row its norm and
-the row divided by it. The kernels are :mod:`dynashape.ops_fast.ml_linear`. The numpy
+the row divided by it. The kernels are :mod:`dynashape.ops_builtin.fast.ml_linear`. The numpy
 kernel (``ops_builtin.ml_linear``) takes a dozen array calls for the same steps, which at batch
 1 cost ~4x onnxruntime's whole model. The products sum in the features' order (numpy's BLAS
 sums in its own: the scores agree within float32 rounding), the exp is LLVM's (an ulp from

@@ -2,7 +2,7 @@
 C-contiguous), in the "taps" order: each output row takes one kernel tap at a time along
 its width (independent lanes, a vectorised inner loop at strides 1 and 2); ``prange`` over
 the planes (:class:`.threaded.ThreadedLoop`). The kernels, and where they hand over to the
-numpy ones, are :mod:`dynashape.ops_fast.pool`.
+numpy ones, are :mod:`dynashape.ops_builtin.fast.pool`.
 
 Source: ONNX operator spec (Operators.md), MaxPool-12/22, AveragePool-19/22, LpPool-18/22,
 GlobalAveragePool-22, GlobalLpPool-22.

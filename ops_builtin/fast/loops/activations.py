@@ -1,5 +1,5 @@
 """The loops of Erf, Gelu (erf form) and the fused ops' epilogues (bias, Relu, Gelu in one
-pass over the rows after BLAS); the kernels are :mod:`dynashape.ops_fast.activations`.
+pass over the rows after BLAS); the kernels are :mod:`dynashape.ops_builtin.fast.activations`.
 
 Transcendental functions are not vectorised by numba without Intel's SVML; erf here is the
 numpy kernel's rational approximation (Eigen / XLA), which vectorises.

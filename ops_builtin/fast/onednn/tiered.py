@@ -16,7 +16,7 @@ The thread spends its time in oneDNN's C code, which runs without the GIL.
 The numpy path and the primitive agree within the tolerance the oneDNN kernels are tested
 to (their tests compare the two), not bit for bit. A run that waits for compiled kernels (a
 session created with ``wait_for_compiled_kernels=True``, or ``DYNASHAPE_COMPILED_WAIT=1``
-for every session: :mod:`dynashape.ops_fast.tiering`) makes the primitive on the run path
+for every session: :mod:`dynashape.ops_builtin.fast.tiering`) makes the primitive on the run path
 instead, so its results are the primitive's from the first run.
 
 A convolution reads its weights only in oneDNN's packed layout: its numpy path copies them

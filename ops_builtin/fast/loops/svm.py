@@ -1,7 +1,7 @@
 """The loop of SVMClassifier's class probabilities (ai.onnx.ml): each sample's pairwise
 decision values coupled into class probabilities, onnxruntime's ``sigmoid_probability`` and
 ``multiclass_probability`` (libsvm's method 2 of Wu, Lin and Weng) step by step in float32, one
-sample after the other; the kernel is :mod:`dynashape.ops_fast.svm`. The numpy kernel
+sample after the other; the kernel is :mod:`dynashape.ops_builtin.fast.svm`. The numpy kernel
 (``ops_builtin.ml_svm._couple``) runs the same steps over all the samples that have not
 converged at once: per sample the arithmetic is the same, and the logistic's exp is LLVM's
 here (an ulp from numpy's)."""

@@ -193,7 +193,7 @@ def load(code: bytes, offsets: dict) -> dict:
 def built_functions(ir_module: str, names, depends=(), timeout: float = 300.0) -> dict:
     """``{name: address}`` of the functions ``names`` that ``module()`` of the module named
     ``ir_module`` (one of this package) builds: from the cache entry (:func:`cache_key`), else built by a child
-    process (``python -m dynashape.ops_fast.native.build``) and cached. Raises
+    process (``python -m dynashape.ops_builtin.fast.native.build``) and cached. Raises
     ``RuntimeError`` when the build fails (its stderr in the message), ``OSError`` when the
     code cannot be mapped executable."""
     from dynashape.usercache import cache_dir

@@ -1,6 +1,6 @@
 """The loops of Softmax (last axis) and FusedAttention's scores: the row max (16 lanes), the
 attention scores' scale / mask / max pass, the normalisation, and short rows' softmax in one
-call; the kernels are :mod:`dynashape.ops_fast.softmax`."""
+call; the kernels are :mod:`dynashape.ops_builtin.fast.softmax`."""
 from __future__ import annotations
 
 import numpy as np
