@@ -644,11 +644,13 @@ def test_a_plugin_op_runs_its_subgraphs_with_their_outer_scope_values_by_name(re
         np.add(first.run([inputs[0]], inputs)[0], second.run([inputs[0]], inputs)[0], out=outputs[0])
 
     f = TensorProto.FLOAT
-    first = helper.make_graph([helper.make_node("Mul", ["a", "s"], ["as"]), helper.make_node("Add", ["as", "w"], ["r"])],
-                              "first", [helper.make_tensor_value_info("a", f, ["n"])],
+    first = helper.make_graph([helper.make_node("Mul", ["a", "s"], ["as"]),
+                               helper.make_node("Add", ["as", "w"], ["r"])], "first",
+                              [helper.make_tensor_value_info("a", f, ["n"])],
                               [helper.make_tensor_value_info("r", f, ["n"])])
     second = helper.make_graph([helper.make_node("Sub", ["b", "t"], ["q"])], "second",
-                               [helper.make_tensor_value_info("b", f, ["n"])], [helper.make_tensor_value_info("q", f, ["n"])])
+                               [helper.make_tensor_value_info("b", f, ["n"])],
+                               [helper.make_tensor_value_info("q", f, ["n"])])
     node = helper.make_node("TwoBodies", ["x"], ["y"], domain="com.example", first=first, second=second)
     g = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, f, shape) for n, shape in
                                         [("x", ["n"]), ("s", [1]), ("t", [1])]],

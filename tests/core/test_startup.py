@@ -21,8 +21,8 @@ from dynashape.errors import PluginContractError, UnsupportedOperatorError
 from dynashape.records import LazyLibrary
 
 #: modules ``import dynashape`` must leave unimported (issue 23, item 1)
-HEAVY = ("numba", "llvmlite", "onnx", "ml_dtypes", "matplotlib", "ray", "dynashape.ops_builtin.fast", "dynashape.session",
-         "dynashape.engine", "dynashape_example")
+HEAVY = ("numba", "llvmlite", "onnx", "ml_dtypes", "matplotlib", "ray", "dynashape.ops_builtin.fast",
+         "dynashape.session", "dynashape.engine", "dynashape_example")
 
 
 def _imported_after(code: str, env: dict | None = None) -> set:
