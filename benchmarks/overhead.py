@@ -196,8 +196,9 @@ def dispatch_us_per_step(sess, feeds, repeat: int = 2000) -> tuple[float, float,
     ctx = sess.engine.last_context
     seg = plan.segment
     buffers = ctx.buffers(plan)
-    names = {k: _noop_kernel for k in seg.run.__globals__ if k.startswith("_k")}
-    run = types.FunctionType(seg.run.__code__, dict(seg.run.__globals__, **names), "run", seg.run.__defaults__)
+    fn = seg.run.fn         # (the generated function of the segment's Calls)
+    names = {k: _noop_kernel for k in fn.__globals__ if k.startswith("_k")}
+    run = types.FunctionType(fn.__code__, dict(fn.__globals__, **names), "run", fn.__defaults__)
     v = list(plan.template)
     for slot, name in zip(sess.program.pg.input_slots, sess._input_names):
         v[slot] = feeds[name]
