@@ -25,6 +25,7 @@ import re
 import sys
 import threading
 import warnings
+from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -34,7 +35,7 @@ from . import hookspecs
 from .errors import KernelConflictError, PluginContractError, PluginError, UnsupportedOperatorError
 from .records import KernelDef, LazyLibrary, OpDef
 from .rewrite import RewriteDef
-from .usercache import cache_dir, read_json, write_json
+from .usercache import cache_dir, checksum, read_json, write_json
 
 __all__ = ["Registry", "get_registry", "register_plugin", "unregister_plugin",
            "plugin_manager", "load_entry_points", "plugin_load_errors", "plugin_provides"]
@@ -340,16 +341,15 @@ def load_entry_points() -> dict[str, str]:
 def _entry_points() -> list:
     """The entry points of the group ``dynashape``. Finding them reads the metadata of every
     installed distribution (~5-15 ms), so they are kept in the per-user cache
-    (:mod:`dynashape.usercache`) with the ``sys.path`` entries they were read under, each
-    with its modification time and the names and times of the distribution metadata it
-    held (:func:`_metadata_signature`). They are read again when the entries differ, or
-    when a directory that changed holds other metadata than it did (a distribution
-    installed, removed or installed again). A directory that changed otherwise (the running
-    script's own, edited between runs; a site-packages that got a module's bytecode) costs a
-    listing of its names, not a new read."""
+    (:mod:`dynashape.usercache`), a file per ``sys.path`` (scripts in different folders, test
+    processes and benchmarks each keep theirs), with each entry's modification time and the
+    names and times of the distribution metadata it held (:func:`_metadata_signature`). They
+    are read again when a directory that changed holds other metadata than it did (a
+    distribution installed, removed or installed again). A directory that changed otherwise
+    (the running script's own, edited between runs; a site-packages that got a module's
+    bytecode) costs a listing of its names, not a new read."""
     entries = list(sys.path)
-    root = cache_dir()
-    path = None if root is None else root / f"entry-points-{sys.implementation.cache_tag}.json"
+    path = _entry_point_cache(entries)
     cached = read_json(path)
     stamp = _still_valid(cached.get("sys_path"), entries) if isinstance(cached, dict) else None
     found = _cached_entry_points(cached) if stamp is not None else None
@@ -361,7 +361,34 @@ def _entry_points() -> list:
     found = list(metadata.entry_points(group=ENTRY_POINT_GROUP))
     stamp = [[entry, _mtime(entry), _metadata_signature(entry)] for entry in entries]
     write_json(path, {"sys_path": stamp, "entry_points": [[ep.name, ep.value] for ep in found]})
+    if path is not None:
+        _prune_entry_point_cache(path.parent)
     return found
+
+
+#: the most files of entry points the cache keeps (one per sys.path seen)
+ENTRY_POINT_FILES = 64
+
+
+def _entry_point_cache(entries: list) -> Optional[Path]:
+    root = cache_dir()
+    if root is None:
+        return None
+    key = checksum("\0".join(entries).encode(errors="surrogateescape"))
+    return root / "entry-points" / f"{sys.implementation.cache_tag}-{key}.json"
+
+
+def _prune_entry_point_cache(folder: Path) -> None:
+    """Keep the folder under :data:`ENTRY_POINT_FILES` files: the oldest quarter removed when over."""
+    try:
+        entries = list(os.scandir(folder))
+        if len(entries) <= ENTRY_POINT_FILES:
+            return
+        entries.sort(key=lambda e: e.stat().st_mtime)
+        for entry in entries[:len(entries) // 4]:
+            os.unlink(entry.path)
+    except OSError:
+        pass
 
 
 def _cached_entry_points(cached: dict) -> Optional[list]:

@@ -401,7 +401,8 @@ def test_entry_points_are_read_from_the_cache_until_a_sys_path_directory_changes
     """Read once, then from the cache: a changed directory whose distribution metadata is
     the same (a script's own, edited between runs; a site-packages that got a module) keeps
     the cache; one whose metadata changed (a distribution installed, installed again,
-    removed), or another sys.path, reads the metadata again."""
+    removed), or a new sys.path, reads the metadata again. Each sys.path keeps a file of its
+    own: processes with different ones (scripts in two folders) do not evict each other."""
     import os
 
     from dynashape import registry
@@ -447,9 +448,26 @@ def test_entry_points_are_read_from_the_cache_until_a_sys_path_directory_changes
     (scripts / "pkg.egg-info").mkdir()              # metadata appears in the edited directory
     os.utime(scripts, ns=(4, 4))
     assert read_again()
-    monkeypatch.syspath_prepend(str(tmp_path))      # another sys.path
+    monkeypatch.syspath_prepend(str(tmp_path))      # another sys.path (a script in another folder)
     assert read_again()
+    assert not read_again()
+    sys.path.remove(str(tmp_path))                  # back to the first: its file is still there
+    assert not read_again()
+    assert len(list((tmp_path / "cache" / "entry-points").iterdir())) == 2
 
+
+
+def test_the_entry_point_cache_keeps_the_newest_files_of_its_bound(tmp_path):
+    import os
+
+    from dynashape import registry
+    for i in range(registry.ENTRY_POINT_FILES + 4):
+        f = tmp_path / f"f{i}.json"
+        f.write_text("{}")
+        os.utime(f, ns=(i * 10**9, i * 10**9))
+    registry._prune_entry_point_cache(tmp_path)
+    kept = sorted(int(p.stem[1:]) for p in tmp_path.iterdir())
+    assert kept == list(range(17, registry.ENTRY_POINT_FILES + 4))     # the oldest quarter of 68 gone
 
 # a second session of a model shares what the first compiled --------------------------
 
