@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 import linecache
 import marshal
-import os
 import sys
 import threading
 from collections import OrderedDict
@@ -22,7 +21,7 @@ from typing import Any, Optional
 import numpy as np
 
 from .symbolic import CODE_NAMESPACE, Expr, as_atom
-from .usercache import cache_dir, checksum, read_bytes, write_bytes
+from .usercache import cache_dir, checksum, prune_oldest, read_bytes, write_bytes
 
 __all__ = ["CodeWriter", "ExprCoder"]
 
@@ -129,17 +128,8 @@ _written = itertools.count()
 def _prune(folder: Path) -> None:
     """Keep the cache folder under :data:`CODE_CACHE_FILES` files: checked at a process's first
     write and every 256th, the oldest quarter removed when over."""
-    if next(_written) % 256:
-        return
-    try:
-        entries = list(os.scandir(folder))
-        if len(entries) <= CODE_CACHE_FILES:
-            return
-        entries.sort(key=lambda e: e.stat().st_mtime)
-        for entry in entries[:len(entries) // 4]:
-            os.unlink(entry.path)
-    except OSError:
-        pass
+    if next(_written) % 256 == 0:
+        prune_oldest(folder, CODE_CACHE_FILES)
 
 
 def _register_source(filename: str, source: str) -> None:

@@ -35,7 +35,7 @@ from . import hookspecs
 from .errors import KernelConflictError, PluginContractError, PluginError, UnsupportedOperatorError
 from .records import KernelDef, LazyLibrary, OpDef
 from .rewrite import RewriteDef
-from .usercache import cache_dir, checksum, read_json, write_json
+from .usercache import cache_dir, checksum, prune_oldest, read_json, write_json
 
 __all__ = ["Registry", "get_registry", "register_plugin", "unregister_plugin",
            "plugin_manager", "load_entry_points", "plugin_load_errors", "plugin_provides"]
@@ -362,7 +362,7 @@ def _entry_points() -> list:
     stamp = [[entry, _mtime(entry), _metadata_signature(entry)] for entry in entries]
     write_json(path, {"sys_path": stamp, "entry_points": [[ep.name, ep.value] for ep in found]})
     if path is not None:
-        _prune_entry_point_cache(path.parent)
+        prune_oldest(path.parent, ENTRY_POINT_FILES)
     return found
 
 
@@ -376,19 +376,6 @@ def _entry_point_cache(entries: list) -> Optional[Path]:
         return None
     key = checksum("\0".join(entries).encode(errors="surrogateescape"))
     return root / "entry-points" / f"{sys.implementation.cache_tag}-{key}.json"
-
-
-def _prune_entry_point_cache(folder: Path) -> None:
-    """Keep the folder under :data:`ENTRY_POINT_FILES` files: the oldest quarter removed when over."""
-    try:
-        entries = list(os.scandir(folder))
-        if len(entries) <= ENTRY_POINT_FILES:
-            return
-        entries.sort(key=lambda e: e.stat().st_mtime)
-        for entry in entries[:len(entries) // 4]:
-            os.unlink(entry.path)
-    except OSError:
-        pass
 
 
 def _cached_entry_points(cached: dict) -> Optional[list]:

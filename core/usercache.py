@@ -18,7 +18,7 @@ import zlib
 from pathlib import Path
 from typing import Any, Optional
 
-__all__ = ["cache_dir", "checksum", "read_bytes", "read_json", "write_bytes", "write_json"]
+__all__ = ["cache_dir", "checksum", "prune_oldest", "read_bytes", "read_json", "write_bytes", "write_json"]
 
 
 def cache_dir() -> Optional[Path]:
@@ -81,3 +81,17 @@ def write_bytes(path: Optional[Path], data: bytes) -> bool:
     except OSError:
         return False
     return True
+
+
+def prune_oldest(folder: Path, most: int) -> None:
+    """Keep ``folder`` under ``most`` files: past it, the oldest quarter (by modification
+    time) is removed. Errors (a file another process removed first) are ignored."""
+    try:
+        entries = list(os.scandir(folder))
+        if len(entries) <= most:
+            return
+        entries.sort(key=lambda e: e.stat().st_mtime)
+        for entry in entries[:len(entries) // 4]:
+            os.unlink(entry.path)
+    except OSError:
+        pass

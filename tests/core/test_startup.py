@@ -457,17 +457,19 @@ def test_entry_points_are_read_from_the_cache_until_a_sys_path_directory_changes
 
 
 
-def test_the_entry_point_cache_keeps_the_newest_files_of_its_bound(tmp_path):
+def test_a_cache_folder_past_its_bound_keeps_its_newest_files(tmp_path):
     import os
 
-    from dynashape import registry
-    for i in range(registry.ENTRY_POINT_FILES + 4):
+    from dynashape import usercache
+    for i in range(68):
         f = tmp_path / f"f{i}.json"
         f.write_text("{}")
         os.utime(f, ns=(i * 10**9, i * 10**9))
-    registry._prune_entry_point_cache(tmp_path)
+    usercache.prune_oldest(tmp_path, 68)
+    assert len(list(tmp_path.iterdir())) == 68                        # at the bound: nothing removed
+    usercache.prune_oldest(tmp_path, 64)
     kept = sorted(int(p.stem[1:]) for p in tmp_path.iterdir())
-    assert kept == list(range(17, registry.ENTRY_POINT_FILES + 4))     # the oldest quarter of 68 gone
+    assert kept == list(range(17, 68))                                 # the oldest quarter of 68 gone
 
 # a second session of a model shares what the first compiled --------------------------
 
