@@ -16,6 +16,7 @@ INDEX = {
         ('', 'RMSNormalization'),
     )),
     'dynashape.ops_builtin.fast.softmax': (False, (
+        ('', 'ReduceLogSumExp'),
         ('', 'Softmax'),
         ('dynashape', 'FusedAttention'),
     )),

@@ -1,6 +1,8 @@
 """Softmax over the last axis and FusedAttention's scores: the row max and the normalisation
 compiled (:mod:`.loops.softmax`), numpy's SIMD ``exp`` between them (numba has no vectorised
-exp without SVML)."""
+exp without SVML). ReduceLogSumExp over trailing axes: each row's max, sum of exps and log in
+one compiled pass (the numpy kernel makes ~9 calls: at a classifier's few classes per row
+they, not the arithmetic, are the cost)."""
 from __future__ import annotations
 
 import math
@@ -69,3 +71,19 @@ def _fused_attention(inputs, outputs, p):
     np.exp(flat, out=flat)
     loops.normalize_rows(flat)
     np.matmul(scores, v, out=outputs[0])
+
+
+@lib.kernel("ReduceLogSumExp", dtypes=FLOATS, priority=PRIORITY,
+            prepare=reduction._make_reduce_prepare(18, True))
+def _reduce_log_sum_exp(inputs, outputs, prepared):
+    """Over the trailing axes of a C-contiguous float32/float64 input known when prepared: one
+    compiled pass per row (:func:`.loops.softmax.log_sum_exp_rows`); the numpy kernel otherwise."""
+    x, out = inputs[0], outputs[0]
+    plan = prepared["plan"]
+    if (plan is not None and plan.axes and not plan.empty and plan.work is None and x.size and out is not None
+            and out.dtype == x.dtype and plan.axes == tuple(range(x.ndim - len(plan.axes), x.ndim))
+            and contiguous(x, out) and compiled_ready()):
+        n = math.prod(x.shape[x.ndim - len(plan.axes):])
+        loops.log_sum_exp_rows(x.reshape(-1, n), out.reshape(-1))
+        return None
+    return reduction._run_reduce(reduction._log_sum_exp, inputs, outputs, prepared)

@@ -375,7 +375,10 @@ def test_reduce_propagates_concrete_values(op):
     (value,) = get_registry().resolve_op("", op, opset).propagate_value(ctx)
     (want,) = run_node(op, inputs, attrs, opset=opset)
     assert value.dtype == want.dtype
-    np.testing.assert_array_equal(value, want)
+    if op == "ReduceLogSumExp":     # (a compiled kernel's exp is libm's, numpy's its own SIMD one)
+        np.testing.assert_array_max_ulp(value, want, maxulp=2)
+    else:
+        np.testing.assert_array_equal(value, want)
 
 
 def test_reduce_value_inputs_only_in_input_form():

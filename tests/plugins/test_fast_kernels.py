@@ -126,6 +126,24 @@ def test_softmax(axis, opset):
     _check(m, feeds, fast_ops=fast_ops, nan=True)
 
 
+@pytest.mark.parametrize("axes,opset,keepdims", [([1], 13, 0), ([-1], 18, 1), ([1, 2], 18, 0), ([0], 13, 1)])
+def test_reduce_log_sum_exp_over_trailing_axes(axes, opset, keepdims, monkeypatch):
+    """One compiled pass per row over the trailing axes (a classifier's few classes: naive
+    Bayes' normaliser), the numpy kernel over leading ones; rows of -inf, +inf and NaN as
+    onnxruntime: -inf, +inf, NaN."""
+    from dynashape.ops_builtin.fast import softmax as fast_softmax
+    calls = _spy(monkeypatch, fast_softmax.loops, "log_sum_exp_rows")
+    node = helper.make_node("ReduceLogSumExp", ["x"] + (["axes"] if opset >= 18 else []), ["y"], keepdims=keepdims,
+                            **({"axes": axes} if opset < 18 else {}))
+    m = _model([node], [("x", ["n", 3, "t"])], opset=opset)
+    if opset >= 18:
+        m.graph.initializer.append(numpy_helper.from_array(np.array(axes, np.int64), "axes"))
+    special = np.array([[[-np.inf] * 4, [1.0, np.inf, 2.0, 0.0], [1.0, np.nan, 2.0, 0.0]]], np.float32)
+    feeds = [{"x": _rand(n, 3, t) * 8} for n, t in ((1, 1), (2, 3), (4, 40))] + [{"x": special}]
+    _check(m, feeds, fast_ops={"ReduceLogSumExp"}, nan=True)
+    assert bool(calls) == (axes in ([-1], [1, 2]))        # (axis 1 of three and axis 0: numpy's)
+
+
 @pytest.mark.parametrize("activation", [None, "Relu", "Gelu", "Sigmoid"])
 def test_fused_matmul_bias_activation(activation):
     nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]),

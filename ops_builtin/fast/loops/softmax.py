@@ -1,6 +1,6 @@
 """The loops of Softmax (last axis) and FusedAttention's scores: the row max (16 lanes), the
 attention scores' scale / mask / max pass, the normalisation, and short rows' softmax in one
-call; the kernels are :mod:`dynashape.ops_builtin.fast.softmax`."""
+call; ReduceLogSumExp's rows in one pass; the kernels are :mod:`dynashape.ops_builtin.fast.softmax`."""
 from __future__ import annotations
 
 import numpy as np
@@ -91,3 +91,27 @@ def softmax_short_rows(x, out):
         inv = 1 / s
         for j in range(n):
             out[r, j] = out[r, j] * inv
+
+
+@njit(**JIT)
+def log_sum_exp_rows(x, out):
+    """out[r] = log(sum(exp(x[r] - m))) + m over the rows of x (rows, n), m the row's max (0
+    where it is +-inf: an all -inf row gives -inf, a row holding +inf gives +inf), summed in
+    the input's dtype in order (as onnxruntime, and numpy over rows of fewer than 8); a row
+    holding a NaN gives NaN."""
+    rows, n = x.shape
+    zero = np.zeros(1, x.dtype)[0]
+    for r in range(rows):
+        m = x[r, 0]
+        for j in range(1, n):
+            v = x[r, j]
+            if v > m or v != v:
+                m = v
+        if m != m:
+            out[r] = m
+            continue
+        shift = m if np.isfinite(m) else zero
+        s = zero
+        for j in range(n):
+            s += np.exp(x[r, j] - shift)
+        out[r] = np.log(s) + shift
