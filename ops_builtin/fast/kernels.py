@@ -9,7 +9,8 @@ handles) and the numpy kernel otherwise, so a node never fails here that would r
 
 * :mod:`.activations`: Erf, Gelu (erf form), FusedMatMul's bias and Relu/Gelu after BLAS;
 * :mod:`.normalization`: LayerNormalization (trailing axes, one output), RMSNormalization (onnxruntime's forms);
-* :mod:`.softmax`: Softmax (last axis), FusedAttention's scale / mask / max and normalisation;
+* :mod:`.softmax`: Softmax (last axis), FusedAttention's scale / mask / max and normalisation,
+  ReduceLogSumExp over trailing axes;
 * :mod:`.conv`: Conv / FusedConv (2-D) as direct loops where they beat im2col + BLAS;
 * :mod:`.conv_transpose`: ConvTranspose (2-D);
 * :mod:`.pool`: the 2-D pools;
