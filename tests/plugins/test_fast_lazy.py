@@ -230,6 +230,7 @@ KERNELS = sorted([
     ("MaxPool", "", 1, None, 10, ["float32", "float64"], ()),
     ("RMSNormalization", "", 1, None, 10, ["float32", "float64"], ()),
     ("RNN", "", 1, None, 10, ["float32", "float64"], ()),
+    ("ReduceLogSumExp", "", 1, None, 10, ["float32", "float64"], ()),
     ("Resize", "", 1, None, 10, ["float32", "float64"], ()),
     ("SVMClassifier", "ai.onnx.ml", 1, None, 10, [], ()),
     ("SVMRegressor", "ai.onnx.ml", 1, None, 10, [], ()),
