@@ -25,7 +25,6 @@ an If joins what its branches return.
 """
 from __future__ import annotations
 
-
 import numpy as np
 from dynashape.dtypes import OptionalType, SequenceType, is_container, join_dims, join_sequences, known_dims, \
     merge_types
