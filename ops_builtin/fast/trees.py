@@ -53,6 +53,8 @@ class _Compiled:
         self.average = ens.aggregate == "AVERAGE"
         self.trees = ens.dtype.type(ens.n_trees)        # (the divisor in the thresholds' type)
         self.base0 = ens.base[0] if ens.base.size == 1 else ens.dtype.type(0)
+        # (SUM or AVERAGE and one mode, as the exporters write: walked by loops.forest_sums)
+        self.summed = self.uniform >= 0 and self.aggregate <= 1
 
     def combine(self, ens: ml_tree.Ensemble, x: np.ndarray) -> tuple:
         """:func:`ml_tree.accumulate` as one compiled pass."""
@@ -60,11 +62,16 @@ class _Compiled:
         rows = np.ascontiguousarray(rows, dtype=ens.dtype)    # (an integer X compares as float32)
         n = rows.shape[0]
         width = 1 if ens.n_out == 1 else ens.n_out
-        scores, reached = np.zeros((n, width), ens.dtype), np.zeros((n, width), bool)
         tasks = -(-n // 128) if n * max(ens.n_trees, 1) >= _THREADED_WALKS else 1    # (128: the loop's block)
-        loops.forest_scores.run(tasks, rows, self.feature, ens.splits, self.modes, self.uniform, self.missing,
-                                self.false_child, self.true_child, ens.starts, ens.count, ens.ptr, ens.ids, ens.ws,
-                                ens.first, ens.n_out == 1, self.aggregate, scores, reached)
+        scores, reached = np.zeros((n, width), ens.dtype), np.zeros((n, width), bool)
+        if self.summed:
+            loops.forest_sums.run(tasks, rows, self.feature, ens.splits, self.uniform, self.missing, self.false_child,
+                                  self.true_child, ens.starts, ens.count, ens.ptr, ens.ids, ens.ws, ens.first,
+                                  ens.n_out == 1, scores, reached)
+        else:
+            loops.forest_scores.run(tasks, rows, self.feature, ens.splits, self.modes, self.uniform, self.missing,
+                                    self.false_child, self.true_child, ens.starts, ens.count, ens.ptr, ens.ids,
+                                    ens.ws, ens.first, ens.n_out == 1, self.aggregate, scores, reached)
         return (scores[:, 0], None) if ens.n_out == 1 else (scores, reached)
 
 

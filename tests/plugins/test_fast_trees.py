@@ -27,9 +27,10 @@ MODES = ["BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT", "BRANCH_EQ", "BRA
 ELEM = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE, np.int64: TensorProto.INT64}
 
 
-def forest(rng, n_trees: int, features: int, depth: int = 4) -> tuple:
+def forest(rng, n_trees: int, features: int, depth: int = 4, modes=MODES, missing_rate: float = 0.3) -> tuple:
     """(nodes_* attributes, leaves as (tree, node)) of random trees: thresholds and features
-    drawn from small sets so that EQ / NEQ and NaN (missing) branches are taken."""
+    drawn from small sets so that EQ / NEQ and NaN (missing) branches are taken; each branch's
+    mode drawn from ``modes``, NaN sent true at a ``missing_rate`` of the nodes."""
     cols = {k: [] for k in ("nodes_treeids", "nodes_nodeids", "nodes_featureids", "nodes_modes", "nodes_values",
                             "nodes_truenodeids", "nodes_falsenodeids", "nodes_missing_value_tracks_true")}
     leaves = []
@@ -41,14 +42,14 @@ def forest(rng, n_trees: int, features: int, depth: int = 4) -> tuple:
             cols["nodes_treeids"].append(t)
             cols["nodes_nodeids"].append(nid)
             cols["nodes_featureids"].append(int(rng.integers(0, features)) if split else 0)
-            cols["nodes_modes"].append(str(rng.choice(MODES)) if split else "LEAF")
+            cols["nodes_modes"].append(str(rng.choice(modes)) if split else "LEAF")
             # (EQ thresholds off 1, 2, ...: onnxruntime turns those into bit sets, test_ml_trees.py)
             mode = cols["nodes_modes"][-1]
             cols["nodes_values"].append(float(rng.choice([-1.0, 0.0, 0.5] if mode == "BRANCH_EQ" else
                                                          [-1.0, 0.0, 0.5, 1.0, 2.0])) if split else 0.0)
             cols["nodes_truenodeids"].append(next_id if split else 0)
             cols["nodes_falsenodeids"].append(next_id + 1 if split else 0)
-            cols["nodes_missing_value_tracks_true"].append(int(rng.random() < 0.3))
+            cols["nodes_missing_value_tracks_true"].append(int(rng.random() < missing_rate))
             if split:
                 todo += [(next_id, level + 1), (next_id + 1, level + 1)]
                 next_id += 2
@@ -124,6 +125,31 @@ def test_regressor_equals_numpy_and_ort(aggregate, targets, dtype):
                  base_values=[0.5, -1.0, 2.0][:targets], post_transform="NONE" if targets == 1 else "LOGISTIC")
     assert_same_as_numpy(model("TreeEnsembleRegressor", attrs, dtype),
                          [{"x": inputs(rng, n, dtype)} for n in (9, 1, 0, 40)])
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("aggregate", ["SUM", "AVERAGE", "MIN"])
+@pytest.mark.parametrize("targets", [1, 3])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_one_mode_summed_ensemble_takes_the_plain_walk(mode, aggregate, targets, dtype, monkeypatch):
+    """The exporters' case (SUM or AVERAGE, one mode; NaN sent true at some nodes, as
+    LightGBM's and HistGradientBoosting's) walks in loops.forest_sums, one target or several:
+    equal to the numpy kernel and onnxruntime, threaded too; MIN takes the general pass."""
+    rng = np.random.default_rng(len(mode) + len(aggregate) + targets)
+    cols, leaves = forest(rng, 12, 4, modes=[mode])
+    attrs = dict(cols, **weights(rng, "target", leaves, targets, one_column=targets == 1), n_targets=targets,
+                 aggregate_function=aggregate, base_values=[0.5, -1.0, 2.0][:targets])
+    calls = {"sums": 0, "scores": 0}
+    for name, key in (("forest_sums", "sums"), ("forest_scores", "scores")):
+        loop = getattr(fast_trees.loops, name)
+        monkeypatch.setattr(loop, "run", lambda *a, _run=loop.run, _key=key: calls.__setitem__(_key, calls[_key] + 1)
+                            or _run(*a))
+    assert_same_as_numpy(model("TreeEnsembleRegressor", attrs, dtype),
+                         [{"x": inputs(rng, n, dtype)} for n in (9, 1, 0, 40, 6000)])
+    summed = aggregate != "MIN"
+    assert (calls["sums"] > 0, calls["scores"] > 0) == (summed, not summed)
+    if summed:
+        assert fast_trees.loops.forest_sums.most_parts > 1               # (6000 samples x 12 trees, 2 threads)
 
 
 @pytest.mark.parametrize("case", ["binary", "binary-positive", "multiclass", "strings"])

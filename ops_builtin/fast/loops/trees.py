@@ -91,6 +91,39 @@ def forest_scores(x, feature, splits, modes, uniform, missing, false_child, true
                         _combine(scores, reached, r, ids[e], ws[e], aggregate)
 
 
+@threaded(JIT)
+def forest_sums(x, feature, splits, mode, missing, false_child, true_child, starts, count, ptr, ids, ws, first,
+                one_target, scores, reached):
+    """:func:`forest_scores` for the exporters' common case: SUM or AVERAGE, every branch of
+    one ``mode`` (0 LEQ, 1 LT, 2 GTE, 3 GT, 4 EQ, 5 NEQ); the other arguments as there
+    (``reached`` is left alone for one target). The same additions in the same order, without
+    the per-node mode reads and the per-leaf aggregate branches: an XGBoost regressor of 50
+    trees over 1000 samples walks in ~0.8-1.1 ms here against ~1.9 ms there."""
+    n = x.shape[0]
+    n_trees = starts.shape[0]
+    has_missing = missing.shape[0] > 0
+    for block in prange((n + _BLOCK - 1) // _BLOCK):
+        lo = block * _BLOCK
+        hi = min(lo + _BLOCK, n)
+        for t in range(n_trees):
+            root = starts[t]
+            for r in range(lo, hi):
+                node = root
+                while node >= 0:
+                    v = x[r, feature[node]]
+                    go = _goes_true(v, splits[node], mode)
+                    if not go and has_missing and v != v:
+                        go = missing[node]
+                    node = true_child[node] if go else false_child[node]
+                leaf = -node - 1
+                if one_target:
+                    scores[r, 0] += first[leaf]
+                else:
+                    for e in range(ptr[leaf], ptr[leaf] + count[leaf]):
+                        scores[r, ids[e]] += ws[e]
+                        reached[r, ids[e]] = True
+
+
 # finishing: base values, the top class, post transforms (onnxruntime's float32 formulas) ---
 
 _F32 = np.float32
