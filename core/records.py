@@ -30,6 +30,7 @@ import numpy as np
 
 from .dtypes import ValueType
 from .errors import ExecutionError, ShapeInferenceError
+from .model import Graph
 from .symbolic import Expr, is_nonneg_polynomial, sym
 
 __all__ = [
@@ -281,7 +282,7 @@ class InferContext:
                 this context has no engine services to compile it (``MissingServices``).
         """
         graph = self.attr(attribute)
-        if not hasattr(graph, "outer_names"):
+        if not isinstance(graph, Graph):
             self.fail(f"attribute '{attribute}' must be a graph", kind="MissingAttribute")
         if self.services is None:
             self.fail("running a subgraph needs the engine's services", kind="MissingServices")
@@ -410,10 +411,10 @@ def _graphs_of(node) -> list:
     """The subgraphs in a node's attributes (a graph, or a list of graphs), in attribute order."""
     found = []
     for value in node.attrs.values():
-        if hasattr(value, "outer_names"):
+        if isinstance(value, Graph):
             found.append(value)
         elif isinstance(value, list):
-            found.extend(g for g in value if hasattr(g, "outer_names"))
+            found.extend(g for g in value if isinstance(g, Graph))
     return found
 
 

@@ -299,6 +299,12 @@ def _make_reduce_prepare(input_from: int, float_math: bool):
     return prepare
 
 
+def reduce_prepare(op: str):
+    """The ``prepare`` of the Reduce* kernel ``op`` (its axes, keepdims and work dtype): for a
+    kernel of another plugin that builds on this one's."""
+    return _make_reduce_prepare(_REDUCE_VERSIONS[op][1], _REDUCE_FUNCS[op][1])
+
+
 def _propagate_axes(ctx, value: np.ndarray, input_from: int) -> tuple | None:
     axes = _axes_request(ctx, ctx.opset >= input_from)
     if axes is None:
@@ -376,7 +382,7 @@ def _register_reductions():
                propagate_value=propagate)(infer)
         lib.op(op, since_version=input_form, infer_dtype=same_dtype(0), value_inputs=(1,),
                propagate_value=propagate)(infer)
-        lib.kernel(op, prepare=_make_reduce_prepare(input_from, float_math))(
+        lib.kernel(op, prepare=reduce_prepare(op))(
             functools.partial(_run_reduce, fn))
 
 

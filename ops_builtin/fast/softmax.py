@@ -74,7 +74,7 @@ def _fused_attention(inputs, outputs, p):
 
 
 @lib.kernel("ReduceLogSumExp", dtypes=FLOATS, priority=PRIORITY,
-            prepare=reduction._make_reduce_prepare(18, True))
+            prepare=reduction.reduce_prepare("ReduceLogSumExp"))
 def _reduce_log_sum_exp(inputs, outputs, prepared):
     """Over the trailing axes of a C-contiguous float32/float64 input known when prepared: one
     compiled pass per row (:func:`.loops.softmax.log_sum_exp_rows`); the numpy kernel otherwise."""
