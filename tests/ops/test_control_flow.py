@@ -171,6 +171,8 @@ def test_an_if_prepared_once_for_every_shape_without_walking_its_branches(monkey
     (node,) = seg.binding
     prepared = node.prepared
     assert [type(p).__name__ for p in prepared] == ["NodeSubgraph"] * 2    # static: made once, reused per run
+    if_node = sess.program.pg.nodes[node.index].node
+    assert [p.runner.graph for p in prepared] == [if_node.attrs["then_branch"], if_node.attrs["else_branch"]]
     assert "Graph" not in calls and "ValueInfo" not in calls
     # a symbolic dim inside an imported node's attributes is never taken for a traced one
     g = Graph("g", [Node("n", "Identity", "", ("a",), ("b",), {"x": sym("n")})], [], [], {}, {})
