@@ -43,6 +43,8 @@ class CompiledModel:
     override_base: Any          # the graph overridable initializers compile from (or None)
     #: the engine's programs per dim-pattern, and its plans per signature (engine.py)
     programs: dict = field(default_factory=dict)
+    #: the runners of the subgraphs its programs share (Program._compile_body)
+    bodies: dict = field(default_factory=dict)
     plans: OrderedDict = field(default_factory=OrderedDict)
     lock: Any = field(default_factory=threading.Lock)
     #: the execution contexts (arenas and bound buffers), all and those not running now

@@ -79,7 +79,9 @@ class Engine:
             layer above, so that the engine imports nothing of it).
         eager_bodies: the bodies of the program made now, for the declared inputs, compile
             with it (the session's default); programs made later, during runs (an input's
-            filled rank, split dim_params), compile a body when it first runs.
+            filled rank, split dim_params), run the runners made before where their outer
+            values are alike (:meth:`Program._compile_body`), else compile a body when it
+            first runs.
     """
 
     def __init__(self, pg: PreparedGraph, registry: Registry, input_dims: dict, input_dtypes: dict,
@@ -121,6 +123,9 @@ class Engine:
         self._open = [pos for pos, slot in enumerate(pg.input_slots) if _open_input(input_dims.get(slot),
                                                                                     input_dtypes.get(slot))]
         self.programs: dict = {} if shared is None else shared.programs
+        #: the subgraph runners its programs share (a split program runs the bodies the
+        #: session compiled: Program._compile_body)
+        self.bodies: dict = {} if shared is None else shared.bodies
         self.program = self._base_program((), eager_bodies)
 
     def _base_program(self, fill: tuple, eager_bodies: bool = False) -> Program:
@@ -301,7 +306,7 @@ class Engine:
         return Program(self.pg, self.registry, input_dims, input_dtypes or self.input_dtypes, self.allocator,
                        self.input_values, self.name, validate=self.validate, optimize=self.optimize,
                        fold=self.fold, memory_limit=self.memory_limit, body_runner=self.body_runner,
-                       eager_bodies=eager_bodies)
+                       eager_bodies=eager_bodies, bodies=self.bodies)
 
     # --- dim_params as hints -------------------------------------------------------------
     def _bind(self, feeds: Sequence) -> tuple[Program, tuple]:

@@ -54,14 +54,18 @@ class Program:
             rewrites / constant folding, as the session's graph.
         eager_bodies: the runners its nodes' preparations made compile their bodies with this
             program (an error in a body is raised here), not at their first run.
+        bodies: the subgraph runners the programs of one engine share (see
+            :meth:`_compile_body`); None: this program's own.
     """
 
     def __init__(self, pg: PreparedGraph, registry: Registry, input_dims: dict, input_dtypes: dict,
                  allocator: str = "pool", input_values: Optional[dict] = None, name: str = "graph",
                  validate: bool = False, optimize: bool = False, memory_limit: Optional[int] = None,
-                 body_runner: Optional[Callable] = None, fold: bool = True, eager_bodies: bool = False):
+                 body_runner: Optional[Callable] = None, fold: bool = True, eager_bodies: bool = False,
+                 bodies: Optional[dict] = None):
         self.pg = pg
         self.eager_bodies = eager_bodies
+        self.bodies = {} if bodies is None else bodies
         #: makes a subgraph's runner (``SubgraphRunner``'s signature; :meth:`_compile_body`)
         self.body_runner = body_runner
         self.optimize = optimize
@@ -481,7 +485,15 @@ class Program:
     # --- subgraphs ---------------------------------------------------------------------
     def _compile_body(self, graph) -> Any:
         """The runner of a subgraph of this graph: outer constants become its constants,
-        other outer values its inputs with the dims they have here."""
+        other outer values its inputs with the dims they have here.
+
+        The programs of one engine share runners: one made for another program (the session's,
+        whose bodies compile with it) is taken where the body reads the same constants and its
+        other outer values have the same dtypes, ranks and int dims (:func:`_body_key`). Their
+        symbols may differ (a program split where a dim_param took two values): the runner's
+        engine binds its inputs' symbols as hints, as the session's binds dim_params, and
+        splits where one takes two values, reusing the body's compiled graph (a decoder's
+        past-and-cache branch is not compiled again at its first step)."""
         if self.body_runner is None:
             raise DynashapeError(f"subgraph '{graph.name}' of '{self.name}' cannot be compiled: the program was made "
                                  "without a body_runner")
@@ -495,10 +507,16 @@ class Program:
                 continue
             dims[name] = _outer_dims(name, self.sg.shapes[slot])
             dtypes[name] = self.sg.dtypes[slot]
-        return self.body_runner(graph, self.pg.opsets, self.registry, allocator=self.allocator,
-                                outer_dims=dims, outer_dtypes=dtypes, outer_constants=constants,
-                                validate=self.validate, optimize=self.optimize, fold=self.fold,
-                                memory_limit=self.memory_limit, eager_bodies=self.eager_bodies)
+        key = _body_key(graph, constants, dims, dtypes)
+        runner = self.bodies.get(key) if key is not None else None
+        if runner is None:
+            runner = self.body_runner(graph, self.pg.opsets, self.registry, allocator=self.allocator,
+                                      outer_dims=dims, outer_dtypes=dtypes, outer_constants=constants,
+                                      validate=self.validate, optimize=self.optimize, fold=self.fold,
+                                      memory_limit=self.memory_limit, eager_bodies=self.eager_bodies)
+            if key is not None:
+                runner = self.bodies.setdefault(key, runner)
+        return runner
 
     # --- reports -------------------------------------------------------------------------
     def describe(self) -> dict:
@@ -535,6 +553,20 @@ def _size_expr(shape, dtype) -> Optional[Any]:
     for d in shape:
         n = n * d
     return n
+
+
+def _body_key(graph, constants: dict, dims: dict, dtypes: dict) -> Optional[tuple]:
+    """What a runner of ``graph`` made for one program is shared by: the graph, its outer
+    constants (by identity), and per other outer value its dtype and dims with every symbol
+    as None. None where a dtype cannot be hashed (that program's runner is its own)."""
+    key = (id(graph), tuple((name, id(value)) for name, value in sorted(constants.items())),
+           tuple((name, dtypes.get(name), None if d is None else tuple(x if isinstance(x, int) else None for x in d))
+                 for name, d in sorted(dims.items())))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
 
 
 def _outer_dims(name: str, shape) -> Optional[tuple]:

@@ -111,10 +111,14 @@ class SubgraphRunner:
                           outer_constants=self._constants, outer_types=outer_types, fold=fold,
                           optimize=optimize, memory_limit=memory_limit)
         self._prepared, self._rewrites = c.graph, c.rewrites
-        return Engine(c.graph, self.registry, c.dims, c.dtypes, self.input_names, allocator,
-                      validate=validate, plan_cache_size=plan_cache_size,
-                      name=f"body-{self.graph.name or 'subgraph'}", optimize=optimize, fold=fold,
-                      memory_limit=memory_limit, body_runner=SubgraphRunner, eager_bodies=eager_bodies)
+        engine = Engine(c.graph, self.registry, c.dims, c.dtypes, self.input_names, allocator,
+                        validate=validate, plan_cache_size=plan_cache_size,
+                        name=f"body-{self.graph.name or 'subgraph'}", optimize=optimize, fold=fold,
+                        memory_limit=memory_limit, body_runner=SubgraphRunner, eager_bodies=eager_bodies)
+        # (its inputs' symbols are hints too, split quietly where one takes two values: the
+        # enclosing program's symbols, which the session warns of where they are dim_params)
+        engine.quiet = True
+        return engine
 
     @property
     def program(self):

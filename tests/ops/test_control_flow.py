@@ -113,22 +113,72 @@ def _branch_of(program, attr):
     return node.attrs[attr]
 
 
-def test_a_program_made_during_a_run_compiles_only_the_branch_it_takes():
-    """A feed that binds a declared dim_param to two values (x's n and a's n) gets a program
-    of its own while it runs: its branches compile when first taken, as with lazy_subgraphs
-    (compiling both there would put the branch never taken inside that run)."""
-    then_g = helper.make_graph([helper.make_node("ReduceSum", ["x"], ["t"], keepdims=0)], "then", [],
-                               [vi("t", F, None)])
+def _if_of_two_sums(then_reads: tuple = ("x",)):
+    """If(c): then ReduceSum of then_reads' sum, else ReduceSum(a); x and a share dim_param n."""
+    then_nodes, t = [], then_reads[0]
+    if len(then_reads) > 1:
+        then_nodes.append(helper.make_node("Add", list(then_reads), ["s"]))
+        t = "s"
+    then_nodes.append(helper.make_node("ReduceSum", [t], ["t"], keepdims=0))
+    then_g = helper.make_graph(then_nodes, "then", [], [vi("t", F, None)])
     else_g = helper.make_graph([helper.make_node("ReduceSum", ["a"], ["e"], keepdims=0)], "else", [],
                                [vi("e", F, None)])
     nodes = [helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)]
-    m = model(nodes, [vi("c", B, []), vi("x", F, ["n"]), vi("a", F, ["n"])], [vi("y", F, None)])
-    sess = dynashape.InferenceSession(m.SerializeToString())
+    return model(nodes, [vi("c", B, []), vi("x", F, ["n"]), vi("a", F, ["n"])], [vi("y", F, None)])
+
+
+def _split_program(sess):
+    (split,) = [p for key, p in sess.engine.programs.items() if key[0] == "split"]
+    return split
+
+
+def test_a_program_made_during_a_run_runs_the_branches_the_session_compiled():
+    """A feed that binds a declared dim_param to two values (x's n and a's n) gets a program
+    of its own while it runs; its If runs the branches compiled with the session (the same
+    runners: a merged decoder's first step with its cache compiled its whole decoder again)."""
+    sess = dynashape.InferenceSession(_if_of_two_sums().SerializeToString())
+    base = sess.program
     x, a = np.arange(3, dtype=np.float32), np.arange(5, dtype=np.float32)
     with pytest.warns(RuntimeWarning, match="dim_params are hints"):
         (y,) = sess.run(None, {"c": np.array(True), "x": x, "a": a})
     assert y == 3.0
-    (split,) = [p for key, p in sess.engine.programs.items() if key[0] == "split"]
+    split = _split_program(sess)
+    for branch in ("then_branch", "else_branch"):
+        runner = split.services.subgraph(_branch_of(split, branch))
+        assert runner is base.services.subgraph(_branch_of(base, branch)) and runner._engine is not None
+    (y,) = sess.run(None, {"c": np.array(False), "x": x, "a": a})
+    assert y == 10.0
+
+
+def test_a_branch_reading_two_values_a_split_tells_apart_splits_its_own_program():
+    """then = ReduceSum(x + a), compiled with the session for x and a of one length n. Fed x
+    of one element and a of five (n bound to 1 and to 5: the session warns once), the branch
+    binds them as hints too and plans its own split program, quietly: x broadcasts, as the
+    model says (2 + 0..4 sums to 20), where the session's program took them as one length."""
+    sess = dynashape.InferenceSession(_if_of_two_sums(("x", "a")).SerializeToString())
+    x, a = np.array([2.0], np.float32), np.arange(5, dtype=np.float32)
+    (y,) = sess.run(None, {"c": np.array(True), "x": a, "a": a})
+    assert y == 20.0
+    with pytest.warns(RuntimeWarning, match="dim_params are hints") as caught:
+        (y,) = sess.run(None, {"c": np.array(True), "x": x, "a": a})
+    assert y == 20.0 and len(caught) == 1
+    split = _split_program(sess)
+    body = split.services.subgraph(_branch_of(split, "then_branch")).engine
+    assert body is sess.program.services.subgraph(_branch_of(sess.program, "then_branch")).engine
+    assert [key[0] for key in body.programs] == ["fill", "split"]
+    (y,) = sess.run(None, {"c": np.array(True), "x": a[:4], "a": a[:4]})   # the first program again
+    assert y == 12.0
+
+
+def test_with_lazy_subgraphs_a_program_made_during_a_run_compiles_only_the_branch_it_takes():
+    """With ``lazy_subgraphs=True`` a split program's branches compile when first taken, as
+    the session's do."""
+    sess = dynashape.InferenceSession(_if_of_two_sums().SerializeToString(), lazy_subgraphs=True)
+    x, a = np.arange(3, dtype=np.float32), np.arange(5, dtype=np.float32)
+    with pytest.warns(RuntimeWarning, match="dim_params are hints"):
+        (y,) = sess.run(None, {"c": np.array(True), "x": x, "a": a})
+    assert y == 3.0
+    split = _split_program(sess)
     then_r, else_r = (split.services.subgraph(_branch_of(split, b)) for b in ("then_branch", "else_branch"))
     assert then_r._engine is not None and else_r._engine is None
     (y,) = sess.run(None, {"c": np.array(False), "x": x, "a": a})
