@@ -5,8 +5,9 @@ Dropout (50; the last three are removed outright, their readers reading the inpu
 tanh forms, HardSwish, LayerNormalization and RMSNormalization decomposed into
 elementwise ops and reductions (40); Conv + BatchNormalization folded into the Conv's
 weights (30); the attention core MatMul -> scale -> + mask -> Softmax -> MatMul (25);
-MatMul + bias Add and MatMul with a transposed B (20); an activation after a FusedMatMul
-or a Conv absorbed into it (10).
+MatMul + bias Add and MatMul with a transposed B (20); sibling TreeEnsembleClassifiers of
+one X walked as one TreeEnsembleRegressor (15, a graph pass: :mod:`.ml_forests_merge`); an
+activation after a FusedMatMul or a Conv absorbed into it (10).
 
 Every rewrite is exact for every shape its symbols allow: it checks dtypes (float32 or
 float64 where a fused kernel computes), that constants broadcast without changing the
@@ -28,8 +29,9 @@ from dynashape.records import OpLibrary
 from dynashape.rewrite import Match, Pattern, const, op, value
 
 from .fusions import DOMAIN, EPILOGUES
+from .ml_forests_merge import SIBLING_FORESTS
 
-lib = OpLibrary()
+lib = OpLibrary(rewrites=[SIBLING_FORESTS])
 
 _FLOAT_NAMES = ("float32", "float64")
 _SQRT2 = math.sqrt(2.0)

@@ -4,6 +4,7 @@ onnxmltools. dynashape equals onnxruntime (labels exactly, scores to rtol 1e-5) 
 at batch 1, 7, 64 and 0 on one session. Classifiers are exported without ZipMap."""
 from __future__ import annotations
 
+import dynashape
 import numpy as np
 import pytest
 
@@ -123,6 +124,9 @@ def test_adaboost_classifier(classes):
     assert ("ai.onnx.ml", "TreeEnsembleClassifier") in _tree_ops(onx)
     # (no batch 0: onnxruntime's ArrayFeatureExtractor after the trees refuses 0 indices)
     assert_matches(onx, x, {0: model.predict, 1: model.predict_proba}, batches=(1, 7, 64))
+    # of three classes, the estimators' classifiers are walked as one regressor (sibling_forests)
+    fired = dynashape.InferenceSession(onx.SerializeToString()).rewrites.counts()
+    assert fired.get("sibling_forests") == (1 if classes == 3 else None)
 
 
 # LightGBM, XGBoost (onnxmltools) -----------------------------------------------------------------

@@ -343,6 +343,59 @@ def test_branch_eq_chain_follows_the_spec():
 
 # errors ---------------------------------------------------------------------------------------
 
+# sibling classifiers of one X: the sibling_forests graph pass (ops_builtin/ml_forests_merge.py)
+
+def _siblings(ml_opset=3):
+    """Four classifiers of x: a and b (b without missing-value tracking, string labels, zero
+    base values) merge; c's labels are a graph output and d has a post transform: both stay."""
+    b_attrs = classifier({k: [(t, 2 * w) for t, w in ws] for k, ws in LEAVES.items()}, labels=("p", "q", "r", "s"),
+                         base_values=[0.0] * 4)
+    del b_attrs["nodes_missing_value_tracks_true"]
+    members = {"a": classifier(), "b": b_attrs, "c": classifier(), "d": classifier(post_transform="SOFTMAX")}
+    nodes = [helper.make_node(CLS, ["x"], [f"label_{k}", f"z_{k}"], domain=ML, name=k, **attrs)
+             for k, attrs in members.items()]
+    outs = [helper.make_tensor_value_info(f"z_{k}", F32, None) for k in members]
+    outs.append(helper.make_tensor_value_info("label_c", I64, None))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F32, ["N", 3])], outs)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ML, ml_opset)])
+
+
+@pytest.mark.parametrize("ml_opset", [1, 3])
+def test_sibling_classifiers_walk_as_one_regressor_with_the_same_scores(ml_opset):
+    """a and b become one TreeEnsembleRegressor of 3 + 4 target columns and a Split (the
+    trees of b numbered after a's); their scores are the unmerged session's bit for bit, and
+    onnxruntime's; c and d stay classifiers."""
+    m = _siblings(ml_opset).SerializeToString()
+    sess, plain = dynashape.InferenceSession(m), dynashape.InferenceSession(m, optimize=False)
+    assert sess.rewrites.counts() == {"sibling_forests": 1}
+    ops = sorted(pn.node.op_type for pn in sess.engine.pg.nodes)
+    assert ops == ["Split", CLS, CLS, REG]
+    for f in feeds():
+        got, want = sess.run(None, f), plain.run(None, f)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and g.shape == w.shape and np.array_equal(g, w, equal_nan=True)
+    z_a, z_b = sess.run(["z_a", "z_b"], {"x": ROWS[:1]})
+    assert z_a.tolist() == [[4.0, -2.0, 0.5]] and z_b.tolist() == [[8.0, -4.0, 1.0, 0.0]]
+    assert_runs_match(_siblings(ml_opset), feeds())
+
+
+def test_a_classifier_whose_labels_are_read_or_of_two_classes_is_not_merged():
+    """a's labels read by a node: b is left alone, no group; two classes each: no group."""
+    m = _siblings()
+    reader = helper.make_node("Identity", ["label_a"], ["label_a_copy"])
+    m.graph.node.append(reader)
+    m.graph.output.append(helper.make_tensor_value_info("label_a_copy", I64, None))
+    assert dynashape.InferenceSession(m.SerializeToString()).rewrites.counts() == {}
+    two = helper.make_graph(
+        [helper.make_node(CLS, ["x"], [f"label_{k}", f"z_{k}"], domain=ML, name=k,
+                          **classifier({key: [(min(t, 1), w) for t, w in ws] for key, ws in LEAVES.items()},
+                                       labels=(1, 2))) for k in "ab"],
+        "g", [helper.make_tensor_value_info("x", F32, ["N", 3])],
+        [helper.make_tensor_value_info(f"z_{k}", F32, None) for k in "ab"])
+    two = helper.make_model(two, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ML, 3)])
+    assert dynashape.InferenceSession(two.SerializeToString()).rewrites.counts() == {}
+
+
 def fails(op, attrs, match, kind, x=ROWS, opset=3):
     with pytest.raises(dynashape.ShapeInferenceError, match=match) as e:
         ml(op, x, attrs, opset)
