@@ -503,6 +503,20 @@ def test_fused_attention_names_a_perm_k_that_is_no_permutation():
 
 # --- coverage --------------------------------------------------------------------------
 
+def _sibling_stumps():
+    """Two three-class TreeEnsembleClassifiers of one X, labels unread (tests/ops/test_ml_trees.py
+    checks their values)."""
+    stump = dict(nodes_treeids=[0, 0, 0], nodes_nodeids=[0, 1, 2], nodes_featureids=[0, 0, 0],
+                 nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"], nodes_values=[0.0, 0.0, 0.0],
+                 nodes_truenodeids=[1, 0, 0], nodes_falsenodeids=[2, 0, 0], class_treeids=[0, 0],
+                 class_nodeids=[1, 2], class_ids=[0, 2], class_weights=[1.0, 1.0], classlabels_int64s=[0, 1, 2])
+    nodes = [helper.make_node("TreeEnsembleClassifier", ["x"], [f"label{k}", f"z{k}"], domain="ai.onnx.ml", **stump)
+             for k in range(2)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, ["batch", 2])],
+                              [helper.make_tensor_value_info(f"z{k}", F, None) for k in range(2)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)])
+
+
 def _cases_fired() -> set:
     """Names of the builtin rewrites the positive cases above make fire."""
     models = []
@@ -563,6 +577,7 @@ def _cases_fired() -> set:
     g = G()
     x = g.input("x", X)
     models.append(g.model(g.op("Relu", g.op("Dropout", g.op("Identity", x)))))
+    models.append(_sibling_stumps())
     fired = set()
     for m in models:
         fired |= set(dynashape.InferenceSession(m.SerializeToString(), optimize=True).rewrites.counts())
