@@ -167,11 +167,20 @@ def _run_reduce(fn: Callable, inputs, outputs, prepared):
 
 
 def _sum(x, plan, out):
-    np.add.reduce(x, axis=plan.axes, keepdims=True, out=out)
+    sums = trailing_sums(x, len(plan.axes)) if _trailing(plan.axes, x.ndim) else None
+    if sums is None:
+        np.add.reduce(x, axis=plan.axes, keepdims=True, out=out)
+    else:
+        np.copyto(out, sums)
+
+
+def _trailing(axes: tuple, ndim: int) -> bool:
+    """The axes are the last len(axes) ones (a float sum over them: :func:`trailing_sums`)."""
+    return bool(axes) and tuple(axes) == tuple(range(ndim - len(axes), ndim))
 
 
 def _mean(x, plan, out):
-    np.add.reduce(x, axis=plan.axes, keepdims=True, out=out)
+    _sum(x, plan, out)
     count = 1
     for a in plan.axes:
         count *= x.shape[a]

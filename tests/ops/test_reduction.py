@@ -109,6 +109,26 @@ def test_reduce_sum_float32_accumulates_in_float32():
     assert got == np.add.reduce(x, dtype=np.float32)
 
 
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMean"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+def test_reduce_over_the_trailing_axes_of_many_rows(op, dtype):
+    """Many short rows over the trailing axes (a GaussianNB's (N, classes, features) sums):
+    floats sum as one BLAS product, within a few ulp of float64 sums; integers exactly."""
+    x = (np.arange(1000 * 3 * 8) % 97 - 40).reshape(1000, 3, 8).astype(dtype)
+    if dtype != np.int32:
+        x = x / dtype(7)
+    for axes in ([2], [1, 2], [1]):
+        (got,) = run_node(op, [x, np.array(axes, np.int64)], {"keepdims": 1}, opset=18)
+        want = x.astype(np.float64).sum(axis=tuple(axes), keepdims=True)
+        if op == "ReduceMean":
+            want = want / np.prod([x.shape[a] for a in axes])
+        assert got.dtype == x.dtype and got.shape == want.shape
+        if dtype == np.int32:
+            np.testing.assert_array_equal(got, want.astype(np.int32))
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-6 if dtype == np.float32 else 1e-14, atol=1e-5)
+
+
 @pytest.mark.parametrize("op,dtype", [("ReduceMax", np.uint8), ("ReduceMin", np.int8),
                                       ("ReduceMax", np.bool_), ("ReduceMin", np.bool_)])
 def test_reduce_max_min_small_types(op, dtype):
