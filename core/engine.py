@@ -302,11 +302,15 @@ class Engine:
         with self._lock:
             return next(reversed(self._plans.values()), None) if self._plans else None
 
-    def _compile(self, input_dims: dict, input_dtypes: Optional[dict] = None, eager_bodies: bool = False) -> Program:
+    def _compile(self, input_dims: dict, input_dtypes: Optional[dict] = None, eager_bodies: bool = False,
+                 like: Optional[Program] = None) -> Program:
+        """A program for these input dims; ``like``: a program of other dims whose nodes with the
+        same inputs are not inferred again (:meth:`Program.prior_walk`)."""
         return Program(self.pg, self.registry, input_dims, input_dtypes or self.input_dtypes, self.allocator,
                        self.input_values, self.name, validate=self.validate, optimize=self.optimize,
                        fold=self.fold, memory_limit=self.memory_limit, body_runner=self.body_runner,
-                       eager_bodies=eager_bodies, bodies=self.bodies)
+                       eager_bodies=eager_bodies, bodies=self.bodies,
+                       prior=None if like is None else like.prior_walk())
 
     # --- dim_params as hints -------------------------------------------------------------
     def _bind(self, feeds: Sequence) -> tuple[Program, tuple]:
@@ -334,7 +338,7 @@ class Engine:
                     warnings.warn(f"dynashape: {self._mismatch(base, shapes, name)}; declared dim_params are hints, so "
                                   "these axes get symbols of their own (strict_dim_params=True makes this an error)",
                                   RuntimeWarning, stacklevel=5)
-            program = self._compile(self._split_dims(base, groups), base.input_dtypes)
+            program = self._compile(self._split_dims(base, groups), base.input_dtypes, like=base)
             with self._lock:
                 program = self.programs.setdefault(key, program)
         with self._lock:

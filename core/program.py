@@ -33,7 +33,7 @@ from .planner import StepSpec, lifetimes
 from .registry import Registry
 from .segments import ARENA, FBLOCK, FRESH, NONE, BindingNode, OutSpec, Segment, Step
 from .symbolic import as_atom, sym
-from .symbolic_inference import BINDING, FOLDED, PLAN, STEP, SymbolicGraph, infer_symbolic
+from .symbolic_inference import BINDING, FOLDED, PLAN, STEP, PriorInference, SymbolicGraph, infer_symbolic
 from .weights import aligned_copy, release_view
 
 __all__ = ["Program", "Segment", "Step", "OutSpec", "NONE", "ARENA", "FRESH", "FBLOCK", "DEEP", "copy_value"]
@@ -56,13 +56,16 @@ class Program:
             program (an error in a body is raised here), not at their first run.
         bodies: the subgraph runners the programs of one engine share (see
             :meth:`_compile_body`); None: this program's own.
+        prior: another program's walk of ``pg`` (:meth:`prior_walk`), whose results a node
+            with the same inputs takes instead of being inferred again; default the walk the
+            rewrites made (``pg.prior``, taken by the first program).
     """
 
     def __init__(self, pg: PreparedGraph, registry: Registry, input_dims: dict, input_dtypes: dict,
                  allocator: str = "pool", input_values: Optional[dict] = None, name: str = "graph",
                  validate: bool = False, optimize: bool = False, memory_limit: Optional[int] = None,
                  body_runner: Optional[Callable] = None, fold: bool = True, eager_bodies: bool = False,
-                 bodies: Optional[dict] = None):
+                 bodies: Optional[dict] = None, prior: Optional[PriorInference] = None):
         self.pg = pg
         self.eager_bodies = eager_bodies
         self.bodies = {} if bodies is None else bodies
@@ -80,7 +83,8 @@ class Program:
         self.input_dtypes = dict(input_dtypes)
         self.cache_lock = threading.Lock()   # guards what plans add to it: layouts, continuations
         self.services = NodeServices(pg.opsets, registry, self._compile_body, graph=pg)
-        prior, pg.prior = pg.prior, None   # (its contexts become this program's: taken once)
+        if prior is None:
+            prior, pg.prior = pg.prior, None   # (its contexts become this program's: taken once)
         self.sg: SymbolicGraph = infer_symbolic(pg, registry, input_dims, input_dtypes, self.services, input_values,
                                                 prior)
         del prior   # (its values hold the constants: a weight packed below must not stay alive through it)
@@ -517,6 +521,11 @@ class Program:
             if key is not None:
                 runner = self.bodies.setdefault(key, runner)
         return runner
+
+    def prior_walk(self) -> PriorInference:
+        """This program's walk, for a program of the same graph with other input dims (a
+        split): its nodes whose inputs come out the same take their results from here."""
+        return PriorInference(self.pg, self.sg, self.registry, self.input_dims, self.input_dtypes, any_inputs=True)
 
     # --- reports -------------------------------------------------------------------------
     def describe(self) -> dict:

@@ -32,6 +32,7 @@ with symbolic expressions and binding points.
 """
 from __future__ import annotations
 
+import copy
 import itertools
 from dataclasses import dataclass, field
 from typing import Optional
@@ -107,12 +108,21 @@ class PriorInference:
     registry: Registry
     input_dims: dict     # by input slot of ``pg``
     input_dtypes: dict
+    #: the walk of another program of the same graph (its inputs' dims may differ: a program
+    #: split where a dim_param took two values): each node is compared by its own inputs
+    any_inputs: bool = False
 
     def matches(self, pg: PreparedGraph, registry: Registry, input_dims: dict, input_dtypes: dict) -> bool:
-        """The walk had this registry and the same dims and dtypes per input name."""
+        """The walk had this registry and the same dims and dtypes per input name (or, for
+        ``any_inputs``, was of this graph)."""
+        if registry is not self.registry:
+            return False
+        if self.any_inputs:
+            return pg is self.pg
+
         def by_name(names: list, per_slot: dict) -> dict:
             return {names[s]: v for s, v in per_slot.items()}
-        return (registry is self.registry and by_name(pg.names, input_dims) == by_name(self.pg.names, self.input_dims)
+        return (by_name(pg.names, input_dims) == by_name(self.pg.names, self.input_dims)
                 and by_name(pg.names, input_dtypes) == by_name(self.pg.names, self.input_dtypes))
 
 
@@ -280,6 +290,10 @@ class _Reuse:
                 psg.values[p], psg.fresh_symbols) for _, p in outs):
             return None
         ctx = psg.contexts[k]
+        if self.prior.any_inputs:      # (another program's context: that program keeps its own)
+            ctx = copy.copy(ctx)
+            ctx.guards, ctx.output_shapes, ctx.output_dtypes = (list(ctx.guards), list(ctx.output_shapes),
+                                                                 list(ctx.output_dtypes))
         ctx.services, ctx.fresh, ctx.prepacked = self.services, self.new_dim, None
         try:   # (chosen again: a kernel's accepts may ask the engine's services, the prior walk had none)
             kernel = choose_kernel(self.registry, pn, ctx)

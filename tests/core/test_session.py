@@ -88,6 +88,30 @@ def test_declared_dim_params_are_hints_by_default():
     assert_broadcast_mismatch(sess, {"a": np.ones((2, 3), np.float32), "b": np.ones((3, 3), np.float32)}, "Add_0")
 
 
+def test_a_split_program_infers_again_only_the_nodes_the_split_reaches(monkeypatch):
+    """y = Relu(Relu(a)) + Relu(Relu(b)), a and b both declared (n, 3). Fed a of 1 row and b of
+    3, the split program (b's n its own symbol) takes the declared program's results for a's
+    two Relus (their inputs are the same there) and infers b's two Relus and the Add again."""
+    from dynashape import symbolic_inference
+    nodes = [helper.make_node("Relu", ["a"], ["a1"]), helper.make_node("Relu", ["a1"], ["a2"]),
+             helper.make_node("Relu", ["b"], ["b1"]), helper.make_node("Relu", ["b1"], ["b2"]),
+             helper.make_node("Add", ["a2", "b2"], ["y"])]
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["n", 3]) for n in "aby"]
+    m = helper.make_model(helper.make_graph(nodes, "g", io[:2], io[2:]), opset_imports=[helper.make_opsetid("", 17)])
+    sess = dynashape.InferenceSession(m, optimize=False)
+    inferred = []
+    real = symbolic_inference._infer_node
+    monkeypatch.setattr(symbolic_inference, "_infer_node",
+                        lambda sg, idx, pn, *rest: inferred.append(pn.node.outputs[0]) or real(sg, idx, pn, *rest))
+    a, b = np.array([[-1.0, 2.0, -3.0]], np.float32), np.arange(-4, 5, dtype=np.float32).reshape(3, 3)
+    with pytest.warns(RuntimeWarning, match="dim_params are hints"):
+        (y,) = sess.run(None, {"a": a, "b": b})
+    assert sorted(inferred) == ["b1", "b2", "y"]
+    np.testing.assert_array_equal(y, np.maximum(a, 0) + np.maximum(b, 0))
+    (y,) = sess.run(None, {"a": b, "b": b})       # the declared program, its contexts its own still
+    np.testing.assert_array_equal(y, 2 * np.maximum(b, 0))
+
+
 def test_unknown_output_name(demo):
     with pytest.raises(dynashape.InputNameError, match="unknown output name 'nope'"):
         demo.run(["nope"], {"x": demo_input(1)})
