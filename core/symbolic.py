@@ -30,7 +30,7 @@ def _atom_key(atom):
 
 
 def _sort_key(x):
-    return (0, x, ()) if isinstance(x, int) else (1, 0, x._key)
+    return (0, x, ()) if isinstance(x, int) else (1, 0, x.key)
 
 
 class Expr:
@@ -40,9 +40,17 @@ class Expr:
 
     def __init__(self, terms: Mapping[tuple, int]):
         self._terms = {m: c for m, c in terms.items() if c != 0}
-        self._key = tuple(sorted(((tuple(_atom_key(a) + (p,) for a, p in m), c)
-                                  for m, c in self._terms.items())))
-        self._hash = hash(self._key)
+        self._key = None      # (made when first compared or hashed: most intermediate dims never are)
+        self._hash = None
+
+    @property
+    def key(self) -> tuple:
+        """The canonical sort key: equal expressions have equal keys."""
+        k = self._key
+        if k is None:
+            k = self._key = tuple(sorted(((tuple(_atom_key(a) + (p,) for a, p in m), c)
+                                          for m, c in self._terms.items())))
+        return k
 
     # construction ------------------------------------------------------
     @staticmethod
@@ -66,6 +74,8 @@ class Expr:
 
     # arithmetic ---------------------------------------------------------
     def __add__(self, other):
+        if type(other) is int and other == 0:
+            return self
         if not isinstance(other, (int, Expr)):
             return NotImplemented
         out = dict(self._terms)
@@ -87,6 +97,10 @@ class Expr:
         return (-self) + other
 
     def __mul__(self, other):
+        if type(other) is int:       # (the common case: a dim times a known dim)
+            if other == 1:
+                return self
+            return Expr._wrap({m: c * other for m, c in self._terms.items()}) if other else 0
         if not isinstance(other, (int, Expr)):
             return NotImplemented
         out: dict = {}
@@ -113,7 +127,7 @@ class Expr:
     # comparison: structural (provable) equality only ---------------------
     def __eq__(self, other):
         if isinstance(other, Expr):
-            if self._key == other._key:
+            if other is self or self._terms == other._terms:
                 return True
         elif not isinstance(other, int):
             return False
@@ -125,7 +139,10 @@ class Expr:
         return not self.__eq__(other)
 
     def __hash__(self):
-        return self._hash
+        h = self._hash
+        if h is None:
+            h = self._hash = hash(self.key)
+        return h
 
     def __bool__(self):
         raise TypeError(f"the truth value of symbolic dim {self} is unknown")
@@ -176,7 +193,7 @@ class Expr:
 
 def _member(x: "Expr", items) -> bool:
     """``x in items`` by structure (never the value comparison of strict mode)."""
-    return any(isinstance(y, Expr) and y._key == x._key for y in items)
+    return any(isinstance(y, Expr) and y._terms == x._terms for y in items)
 
 
 def _mono_mul(m1: tuple, m2: tuple) -> tuple:

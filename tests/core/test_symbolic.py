@@ -25,6 +25,17 @@ def test_expressions_have_one_canonical_form():
     assert (h - 1) // 2 // 2 + 1 == (h - 1) // 4 + 1
 
 
+def test_products_by_ints_and_sums_with_zero_keep_the_canonical_form():
+    """The int fast paths of ``*`` and ``+`` give the polynomial the general path gives: equal,
+    with one hash, and one entry in a dict or a set."""
+    e = (b + s) * 2
+    assert e * 1 is e and e + 0 is e and 0 + e is e and e * 0 == 0
+    assert e == b * 2 + s * 2 == 2 * b + 2 * s and hash(e) == hash(s * 2 + b * 2)
+    assert (e * 3) * -1 == -(b * 6) - s * 6 and evaluate(e * 3, {"batch": 2, "seq": 5}) == 42
+    assert len({e, b * 2 + s * 2, dim_max(b, s) * 2, 2 * dim_max(s, b)}) == 2
+    assert dim_max(e, 1) == dim_max(2 * s + 2 * b, 1) and dim_max(e, 1) != dim_max(e, 2)
+
+
 def test_max_min_fold_and_absorb():
     assert dim_max(s, dim_min(s, 512)) == s
     assert dim_max(b, b + 1) == b + 1
