@@ -215,6 +215,61 @@ def test_a_small_convolution_runs_numpy_on_the_unpacked_weights_until_its_primit
     assert numpy_runs == [((1, c, 9, 7), True), ((2, c, 5, 5), False)]
 
 
+def _dense_model(activation: str) -> onnx.ModelProto:
+    """MatMul by a constant 64 x 128 weight, + bias, then the activation (the builtin rewrites
+    fuse them into one FusedMatMul)."""
+    k, n = 64, 128
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["mm"]), helper.make_node("Add", ["mm", "b"], ["y0"])]
+    if activation:
+        nodes.append(helper.make_node(activation, ["y0"], ["y1"]))
+    nodes.append(helper.make_node("Identity", [nodes[-1].output[0]], ["y"]))
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["rows", k])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(RNG.standard_normal((k, n)).astype(np.float32), "w"),
+                           numpy_helper.from_array(RNG.standard_normal(n).astype(np.float32), "b")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)])
+    m.ir_version = 9
+    return m
+
+
+@pytest.mark.parametrize("activation", ["", "Gelu"])
+def test_a_small_packed_gemm_runs_numpy_on_its_weights_until_its_primitive_is_made(tiers, monkeypatch, activation):
+    """A weight small enough to keep as given (a 64 x 128 FusedMatMul): a new row count runs
+    numpy's matmul (bias and activation after it) while its primitive is made off the run
+    path, then the primitive; values as onnxruntime's every time. The given copy of a weight
+    oneDNN alone computes (a Gelu epilogue) is dropped at its first primitive run, so a later
+    new row count makes its primitive on the run path; the plain one (no activation) is kept
+    for numpy."""
+    from dynashape.ops_builtin.fast.onednn import gemm
+    m = _dense_model(activation)
+    sess = dynashape.InferenceSession(m.SerializeToString(), optimize=True)
+    (packed,) = [st.prepacked for st in sess.program.steps if isinstance(st.prepacked, gemm.PackedGemm)]
+    if packed.panels is not None or packed.row_major is not None:
+        pytest.skip("the weight is not in a blocked oneDNN layout here (an AVX2-only CPU): no primitive per row count")
+    reference = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    numpy_runs = []
+    epilogue = gemm.PackedGemm._bias_and_epilogue
+    monkeypatch.setattr(gemm.PackedGemm, "_bias_and_epilogue",
+                        lambda self, y2: (numpy_runs.append(y2.shape[0]), epilogue(self, y2))[1])
+    outs = []
+    for rows in (64, 64, 48, 48):
+        x = {"x": RNG.standard_normal((rows, 64)).astype(np.float32)}
+        (y,) = sess.run(None, x)
+        assert tiered.BACKGROUND.wait_idle(30)
+        np.testing.assert_allclose(y, reference.run(None, x)[0], rtol=1e-4, atol=1e-4)
+        outs.append((x, y))
+    assert numpy_runs == ([64, 48] if not activation else [64])
+    assert (packed._given is None) == bool(activation)
+    (again,) = sess.run(None, outs[0][0])                   # the primitive, within the tolerance of numpy's run
+    np.testing.assert_allclose(again, outs[0][1], rtol=1e-4, atol=1e-4)
+    waiting = dynashape.InferenceSession(m.SerializeToString(), optimize=True, wait_for_compiled_kernels=True)
+    numpy_runs.clear()
+    x = {"x": RNG.standard_normal((40, 64)).astype(np.float32)}
+    (y,) = waiting.run(None, x)
+    assert numpy_runs == []                                  # a session that waits: the primitive from its first run
+    np.testing.assert_allclose(y, reference.run(None, x)[0], rtol=1e-4, atol=1e-4)
+
+
 def test_a_blocked_layout_is_copied_into_the_plain_one_by_numpy():
     """Blocking.plain_copy on a layout with two inner blocks of one dim and one of another
     (as AVX-512's OIhw16i16o-like layouts have), padded, built by hand: every element lands

@@ -24,8 +24,12 @@
   64-column slabs, through the native loop :mod:`..native.gemv` (twice oneDNN's M = 1
   speed out of the caches, no numba), its bias added in the same pass.
 * Primitives are made per row count (and thread count) on first use, a few hundred
-  microseconds each, and kept with the packed weight; nodes of equal shapes and post-ops
-  (a transformer's blocks), in any session of the process, share one (``api.shared``).
+  microseconds each (1-2.5 ms for a brgemm with a Gelu post-op), and kept with the packed
+  weight; nodes of equal shapes and post-ops (a transformer's blocks), in any session of the
+  process, share one (``api.shared``). A weight of at most :data:`KEEP_PLAIN_BYTES` keeps its
+  given copy until its first primitive run: a new row count runs numpy's matmul on it while
+  the primitive is made off the run path (:mod:`.tiered`; a session that waits for compiled
+  kernels makes it first), as the other oneDNN kernels with a numpy path do.
 
 The kernels take float32 nodes whose B is a constant 2-D float32 array of at least
 :data:`MIN_WEIGHT` elements (``accepts``), every other node goes to the next kernel by
@@ -45,7 +49,7 @@ from dynashape.weight_arena import aligned_empty
 
 from ..native import gemv as native_gemv
 from ..native import panels as native_panels
-from . import api
+from . import api, tiered
 
 lib = OpLibrary()
 
@@ -124,7 +128,7 @@ class PackedGemm:
 
     opaque_to_tracing = True
     __slots__ = ("k", "n", "weights", "panels", "bias", "post_ops", "plain", "epilogue", "slabs", "row_major",
-                 "blas_rows", "_address", "_primitives", "__weakref__")
+                 "blas_rows", "_address", "_primitives", "_given", "__weakref__")
 
     def __init__(self, weight: np.ndarray, bias: Optional[np.ndarray], post_ops: tuple,
                  epilogue: Optional[fusions.Epilogue] = None, allocate=None, panels: bool = True):
@@ -141,6 +145,10 @@ class PackedGemm:
         probe = api.shared(("matmul-probe", self.k, self.n, post_ops, self.bias is not None), self._probe)
         chosen = _padded(probe.mds[1])
         self.weights = self.panels = self.row_major = None
+        #: the weight as given, while small, for numpy's matmul while a new row count's primitive
+        #: is made off the run path (:meth:`_run_primitive`): dropped at the first primitive run
+        #: unless it is ``plain`` (kept for the smallest products)
+        self._given: Optional[np.ndarray] = None
         self._address = 0
         self.blas_rows = 0
         if panels and panels_supported() and _row_major_layout(chosen):
@@ -153,6 +161,8 @@ class PackedGemm:
             return
         self.weights = api.PackedWeights(api.MemoryDesc((self.k, self.n), strides=(self.n, 1)),
                                          np.ascontiguousarray(weight, dtype=F32), chosen, allocate)
+        if weight.nbytes <= KEEP_PLAIN_BYTES:
+            self._given = self.plain if self.plain is not None else np.ascontiguousarray(weight, dtype=F32)
         # one row (a decode step) streams the packed weight through the native loop, where it can
         self.slabs = _slabs(self.weights) if gemv_supported() else None
         if self.slabs is not None:
@@ -257,6 +267,21 @@ class PackedGemm:
 
     def _run_primitive(self, a2: np.ndarray, y2: np.ndarray, a, y, threads: int) -> None:
         api.set_threads(threads)
+        given = self._given
+        if given is not None and a2.flags.c_contiguous:
+            # (a small weight: a new row count runs numpy's matmul while its primitive is made
+            # off the run path, as the kernels with a numpy path do: tiered.py)
+            made = tiered.primitive((a2.shape[0], a2.strides, threads), self._packed_primitive, a2.shape[0],
+                                    a2.strides, threads, threads=threads, cache=self._primitives)
+            if made is None:
+                np.matmul(a2, given, out=y2)
+                self._bias_and_epilogue(y2)
+                return
+            if given is not self.plain:
+                self._given = None
+            prim, weights = made
+            self._execute(prim, weights, a2 if a is None else a, y2 if y is None else y)
+            return
         try:
             prim, weights = self.primitive(a2.shape[0], a2.strides, threads)
         except api.OneDNNError as exc:
@@ -264,7 +289,9 @@ class PackedGemm:
                 raise
             a2 = a = np.ascontiguousarray(a2)     # a layout of A the kernels do not read (a transposed A)
             prim, weights = self.primitive(a2.shape[0], a2.strides, threads)
-        a, y = (a2 if a is None else a), (y2 if y is None else y)
+        self._execute(prim, weights, a2 if a is None else a, y2 if y is None else y)
+
+    def _execute(self, prim: api.Primitive, weights: int, a, y) -> None:
         if self.bias is None:
             prim.execute((a, weights, y), self)
         else:
