@@ -8,6 +8,7 @@ from __future__ import annotations
 import _env  # first, before numpy: see _env.py
 
 # isort: split
+import json
 import math
 import os
 import platform
@@ -68,6 +69,25 @@ def zoo_catalog() -> dict:
     import make_inputs as mi  # from ZOO_DIR, see require_zoo
     return {k: v for k, v in mi.load_catalog().items()
             if "file" in v and v.get("group") not in SKIP_GROUPS}
+
+
+def resolve_model(spec: str) -> tuple[str, Path, dict]:
+    """(label, path, the catalog's small-shape dims) of a zoo key, a zoo2 key or an .onnx path
+    (a path relative to ../shared/zoo is looked for there too).
+
+    Raises:
+        SystemExit: nothing of that name.
+    """
+    for folder, catalog_file in ((ZOO_DIR, "zoo.json"), (ZOO2_DIR, "zoo2.json")):
+        catalog = folder / catalog_file
+        if catalog.exists():
+            entry = json.loads(catalog.read_text()).get(spec)
+            if entry and "file" in entry:
+                return spec, folder / entry["file"], dict(entry.get("shapes", {}).get("small", {}))
+    for path in (Path(spec), ZOO_DIR / spec):
+        if path.suffix == ".onnx" and path.exists():
+            return path.stem, path, {}
+    sys.exit(f"--models: {spec!r} is no zoo or zoo2 key and no .onnx file")
 
 
 def make_feeds(model_path, shape: str | dict = "small") -> dict:

@@ -117,24 +117,6 @@ def parse_dims(items: list[str]) -> dict:
     return dims
 
 
-def resolve(spec: str) -> tuple[str, Path, dict]:
-    """(label, path, catalog dims) of a zoo key, a zoo2 key or a file path.
-
-    Raises:
-        SystemExit: nothing of that name.
-    """
-    for folder, catalog_file in ((C.ZOO_DIR, "zoo.json"), (C.ZOO2_DIR, "zoo2.json")):
-        catalog = folder / catalog_file
-        if catalog.exists():
-            entry = json.loads(catalog.read_text()).get(spec)
-            if entry and "file" in entry:
-                return spec, folder / entry["file"], dict(entry.get("shapes", {}).get("small", {}))
-    for path in (Path(spec), C.ZOO_DIR / spec):
-        if path.suffix == ".onnx" and path.exists():
-            return path.stem, path, {}
-    sys.exit(f"--models: {spec!r} is no zoo or zoo2 key and no .onnx file")
-
-
 def write_feeds(path: Path, dims: dict, out: Path) -> Path:
     """Feeds of ``path`` at ``dims`` (random_feeds, seed 0) saved as ``out`` (.npz)."""
     import dynashape
@@ -216,7 +198,7 @@ def main(argv=None) -> int:
         pycache = str(Path(work) / "pycache") if bytecode_off else None
         onnx_import = measure("onnx", Path(os.devnull), empty_feeds(work), pycache, args.processes)
         for spec in [s for s in args.models.split(",") if s]:
-            label, path, shape = resolve(spec)
+            label, path, shape = C.resolve_model(spec)
             feeds = write_feeds(path, {**shape, **dims}, Path(work) / f"{label}.npz")
             ort = measure("onnxruntime", path, feeds, pycache, args.processes)
             warm = measure("dynashape", path, feeds, pycache, args.processes)

@@ -23,9 +23,7 @@ import _env  # noqa: F401  (first: the BLAS environment, before numpy is importe
 
 # isort: split
 import argparse
-import json
 import statistics
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -34,20 +32,6 @@ import _common as C
 
 DEFAULT_MODELS = "bert_tiny,resnet_tiny,vit_tiny,gpt2_kv,optimum/gpt2_merged"
 SECOND_TARGET = 0.3
-
-
-def resolve(spec: str) -> tuple[str, Path]:
-    """(label, path) of a zoo key, a zoo2 key or a file path; SystemExit for none of them."""
-    for folder, catalog_file in ((C.ZOO_DIR, "zoo.json"), (C.ZOO2_DIR, "zoo2.json")):
-        catalog = folder / catalog_file
-        if catalog.exists():
-            entry = json.loads(catalog.read_text()).get(spec)
-            if entry and "file" in entry:
-                return spec, folder / entry["file"]
-    path = Path(spec)
-    if path.suffix == ".onnx" and path.exists():
-        return path.stem, path
-    sys.exit(f"--models: {spec!r} is no zoo or zoo2 key and no .onnx file")
 
 
 def timed(make) -> tuple[float, object]:
@@ -83,7 +67,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
     C.header("session creation in a warm process: dynashape (a new model, the same model again) vs onnxruntime")
-    models = [resolve(s) for s in args.models.split(",") if s]
+    models = [C.resolve_model(s)[:2] for s in args.models.split(",") if s]
     import dynashape
     for _, path in models:      # (every module, registry entry and shared primitive warm)
         dynashape.InferenceSession(str(path))
